@@ -1,0 +1,1 @@
+"""NumPy references: one plain, short function per kernel family, computed in float64."""

@@ -1,0 +1,123 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workbench.errors import ContractError, SizesError, UnknownName
+from workbench.family import Project
+
+from conftest import ROOT
+
+GOOD_FAMILY = """
+title = "scale"
+sizes = ["N"]
+default_sizes = { N = 10 }
+test_sizes = [ { N = 3 } ]
+tolerance = { atol = 1e-6, rtol = 1e-6 }
+bytes = "8 * N"
+args = [
+  { name = "y", role = "out", shape = "N" },
+  { name = "x", role = "in", shape = "N", init = "normal(0, 1)" },
+]
+"""
+
+GOOD_VERSION = """/*
+title = "plain"
+block_sizes = [128]
+[[launch]]
+kernel = "k"
+grid = "cdiv(N, block_size)"
+block = "block_size"
+args = ["y", "x", "N"]
+*/
+extern "C" __global__ void k(float* y, const float* x, int N) {}
+"""
+
+
+def make_project(tmp_path: Path, family: str = GOOD_FAMILY, versions: dict | None = None) -> Project:
+    fam = tmp_path / "kernels" / "scale"
+    fam.mkdir(parents=True)
+    (fam / "family.toml").write_text(textwrap.dedent(family))
+    for name, text in (versions if versions is not None else {"1_plain.cu": GOOD_VERSION}).items():
+        (fam / name).write_text(text)
+    return Project(tmp_path)
+
+
+def test_the_layernorm_contract_loads_with_six_versions():
+    fam = Project(ROOT).family("layernorm_forward")
+    assert fam.default_sizes == {"B": 8, "T": 1024, "C": 768}
+    assert [v.number for v in fam.versions] == list(range(1, len(fam.versions) + 1))
+    assert len(fam.versions) >= 6
+    assert fam.bytes_moved({"B": 8, "T": 1024, "C": 768}) == 4 * (2 * 8192 * 768 + 2 * 768 + 2 * 8192)
+    assert any(s["C"] % 4 for s in fam.test_sizes), "test sizes must include C not a multiple of 4"
+
+
+def test_every_version_of_every_family_has_a_story():
+    for fam in Project(ROOT).families():
+        for v in fam.versions:
+            assert v.title and v.steps, v.path
+            if v.number > 1:
+                assert v.changed and v.why, f"{v.path}: say what changed and why it should be faster"
+
+
+def test_a_good_family_loads(tmp_path):
+    fam = make_project(tmp_path).family("scale")
+    v = fam.version(1)
+    assert v.kernels == ["k"] and v.block_sizes == (128,)
+
+
+@pytest.mark.parametrize("broken, message", [
+    (GOOD_FAMILY.replace('title = "scale"', ""), "missing required key 'title'"),
+    (GOOD_FAMILY.replace('role = "out"', 'role = "output"'), "role must be one of"),
+    (GOOD_FAMILY.replace('"8 * N"', '"8 * M"'), "unknown name"),
+    (GOOD_FAMILY.replace(', init = "normal(0, 1)"', ""), "needs an 'init'"),
+    (GOOD_FAMILY.replace("{ N = 3 }", "{ N = 0 }"), "positive integers"),
+    (GOOD_FAMILY + "\nbogus = 1\n", "unknown key"),
+    ("title = [", "family.toml"),
+])
+def test_a_malformed_contract_names_the_problem(tmp_path, broken, message):
+    project = make_project(tmp_path, broken)
+    with pytest.raises(ContractError, match=message):
+        project.family("scale")
+
+
+@pytest.mark.parametrize("broken, message", [
+    (GOOD_VERSION.replace("block_sizes = [128]\n", ""), "must list block_sizes"),
+    (GOOD_VERSION.replace('"cdiv(N, block_size)"', '"cdiv(M, block_size)"'), "unknown name"),
+    (GOOD_VERSION.replace("/*", "// no header"), "opens with a /\\* ... \\*/ comment"),
+    (GOOD_VERSION.replace('kernel = "k"', 'kernel = "k"\nmemset = "y"'), "exactly one of"),
+    (GOOD_VERSION.replace('title = "plain"', 'title = "plain'), "not valid TOML"),
+])
+def test_a_malformed_version_header_names_the_problem(tmp_path, broken, message):
+    project = make_project(tmp_path, versions={"1_plain.cu": broken})
+    with pytest.raises(ContractError, match=message):
+        project.family("scale").versions
+
+
+def test_two_files_claiming_one_version_are_refused(tmp_path):
+    project = make_project(tmp_path, versions={"1_a.cu": GOOD_VERSION, "1_b.cu": GOOD_VERSION})
+    with pytest.raises(ContractError, match="two files claim version 1"):
+        project.family("scale").versions
+
+
+def test_unknown_family_and_version_list_what_exists(tmp_path):
+    project = make_project(tmp_path)
+    with pytest.raises(UnknownName, match=r"families: scale"):
+        project.family("nope")
+    with pytest.raises(UnknownName, match=r"versions: 1"):
+        project.family("scale").version(7)
+
+
+def test_sizes_parsing(tmp_path):
+    fam = make_project(tmp_path).family("scale")
+    assert fam.parse_sizes("N=7") == {"N": 7}
+    for bad in ("M=3", "N=x", "N", "N=-1"):
+        with pytest.raises(SizesError):
+            fam.parse_sizes(bad)
+
+
+def test_version_preconditions_are_reported_not_ignored():
+    fam = Project(ROOT).family("layernorm_forward")
+    v6 = fam.version(6)
+    assert v6.unmet({"B": 1, "T": 1, "C": 37}) == ["C % 4 == 0"]
+    assert v6.unmet({"B": 8, "T": 1024, "C": 768}) == []

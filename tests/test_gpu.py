@@ -1,0 +1,71 @@
+"""On the GPU (marked gpu; skipped without one): every version passes, the L2 flush matters,
+and a faulty version is reported without stopping the bench."""
+
+import numpy as np
+import pytest
+
+from workbench.family import Project
+from workbench.runner import Options, Session
+
+from conftest import FIXTURES, ROOT
+
+pytestmark = pytest.mark.gpu
+
+PROJECT = Project(ROOT)
+VERSIONS = [(fam.name, v.number) for fam in PROJECT.families() for v in fam.versions]
+
+
+@pytest.fixture(scope="module")
+def check_session():
+    with Session(PROJECT, Options(time=False, seeds=3, timeout=300)) as s:
+        yield s
+
+
+@pytest.mark.parametrize("family, number", VERSIONS, ids=[f"{f}-{n}" for f, n in VERSIONS])
+def test_every_version_passes_at_default_and_test_sizes(check_session, family, number):
+    v = PROJECT.family(family).version(number)
+    res = check_session.run_version(v)
+    assert res["status"] == "passed", f"{v.label}: {res.get('status')}: {res.get('reason')} {res.get('checks', [])[-1:]}"
+    checked = {tuple(sorted(c["sizes"].items())) for c in res["checks"]}
+    assert len(checked) >= 2, "checked at the default and at least one test size"
+    assert {c["seed"] for c in res["checks"]} == {0, 1, 2}
+
+
+def test_the_l2_flush_makes_a_measurable_difference():
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+    from pycuda.compiler import SourceModule
+
+    from workbench.timing import L2Flush, measure
+    # 8 MiB read: fits the L2 of any recent GPU, so without a flush it is served from L2.
+    n = 2 * 1024 * 1024
+    mod = SourceModule(r'''
+    extern "C" __global__ void total(const float* x, float* out, int n) {
+        float s = 0.0f;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) s += x[i];
+        if (s == 12345.0f) out[0] = s;  // keeps the loads alive
+    }''', no_extern_c=True)
+    fn = mod.get_function("total")
+    fn.prepare("PPi")
+    x = drv.to_device(np.ones(n, dtype=np.float32))
+    out = drv.mem_alloc(4)
+    stream = drv.Stream()
+    launch = lambda s: fn.prepared_async_call((1024, 1, 1), (256, 1, 1), s, x, out, np.int32(n))
+    warm = measure(launch, stream, None, budget_s=0.3, min_reps=50)
+    cold = measure(launch, stream, L2Flush(), budget_s=0.3, min_reps=50)
+    assert cold.median_us > 1.2 * warm.median_us, (cold, warm)
+
+
+def test_a_faulty_version_is_reported_and_the_bench_goes_on():
+    project = Project(FIXTURES / "project")
+    with Session(project, Options(timeout=20, torch=False, budget=0.1)) as s:
+        fam = s.bench_family(project.family("scale"))
+    status = {v["version"]: v for v in fam["versions"]}
+    assert status[1]["status"] == "passed" and status[1]["best"]["median_us"] > 0
+    assert status[2]["status"] == "crashed" and "illegal memory access" in status[2]["reason"]
+    assert status[3]["status"] == "timed_out" and "timed out after 20 s" in status[3]["reason"]
+    assert status[4]["status"] == "failed"
+    first = next(c for c in status[4]["checks"] if not c["ok"])["args"][0]["first"][0]
+    assert np.isnan(first["got"]), "the unwritten tail still holds the poison"
+    assert status[5]["status"] == "failed"
+    assert status[6]["status"] == "failed"

@@ -1,0 +1,339 @@
+"""The command line: thin click commands that parse, call the library and print with rich."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.syntax import Syntax
+from rich.table import Table
+
+from . import report
+from .errors import UnknownName, WorkbenchError
+from .family import Family, Project, Version
+from .isolate import DEFAULT_TIMEOUT
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class Workbench(click.Group):
+    """Turns a WorkbenchError anywhere below into one red line and its exit code."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except WorkbenchError as e:
+            err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=Workbench, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), envvar="WORKBENCH_ROOT",
+              help="Project folder holding kernels/ and references/ (default: this repository).")
+@click.pass_context
+def cli(ctx, root):
+    """workbench: develop CUDA kernels version by version, check them against a NumPy
+    reference, time them properly, and train GPT-2 with the winners.
+
+    \b
+    workbench list                        families and their versions
+    workbench show layernorm_forward 4    a version's story and source
+    workbench run layernorm_forward 4     compile, check, time across block sizes
+    workbench bench --all --json r.json   every version of every family
+    """
+    ctx.obj = Project(root)
+
+
+def _project(ctx) -> Project:
+    return ctx.obj
+
+
+# -- list / show / compile: no GPU needed --------------------------------------------------------
+@cli.command("list")
+@click.pass_context
+def list_cmd(ctx):
+    """List the kernel families and their versions, one line each."""
+    project = _project(ctx)
+    names = project.family_names()
+    if not names:
+        raise WorkbenchError(f"no kernel families under {project.kernels_dir}")
+    table = Table(box=None, pad_edge=False, show_header=True)
+    table.add_column("family", style="bold cyan", no_wrap=True)
+    table.add_column("versions")
+    for fam in project.families():
+        table.add_row(fam.name, " · ".join(f"[bold]{v.number}[/] {escape(v.title)}" for v in fam.versions))
+    console.print(table)
+
+
+@cli.command()
+@click.argument("family")
+@click.argument("version", required=False)
+@click.option("--no-source", is_flag=True, help="Only the story, not the code.")
+@click.pass_context
+def show(ctx, family, version, no_source):
+    """Show a version's story (its header) and its source, highlighted.
+
+    Without VERSION, show the family's contract and its versions in order: the course.
+    """
+    fam = _project(ctx).family(family)
+    if version is None:
+        console.print(family_panel(fam))
+        return
+    v = fam.version(version)
+    console.print(version_panel(v))
+    if not no_source:
+        body = v.source[report_header_end(v.source):].lstrip("\n")
+        console.print(Syntax(body, "cuda", line_numbers=True, start_line=v.source[:report_header_end(v.source)].count("\n") + 1,
+                             theme="ansi_dark", word_wrap=False))
+
+
+def report_header_end(source: str) -> int:
+    end = source.find("*/")
+    return end + 2 if end >= 0 else 0
+
+
+def version_panel(v: Version) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("file", str(v.path.relative_to(v.family.project.root)))
+    if v.changed:
+        grid.add_row("changed", escape(v.changed))
+    if v.why:
+        grid.add_row("why faster", escape(v.why))
+    pre = [*v.family.preconditions, *v.preconditions]
+    grid.add_row("preconditions", escape(" and ".join(pre)) if pre else "none")
+    grid.add_row("block sizes", ", ".join(str(b) for b in v.block_sizes) if v.block_sizes != (None,) else "-")
+    for s in v.scratch:
+        grid.add_row("scratch", f"{s.name}: {s.size} x {s.dtype}")
+    for s in v.steps:
+        if s.kind == "kernel":
+            line = f"{s.name}<<<grid {', '.join(s.grid)}; block {', '.join(s.block)}; smem {s.shared}>>>({', '.join(s.args)})"
+        elif s.kind == "memset":
+            line = f"memset {s.name} = {s.value}"
+        else:
+            line = f"library {s.name}(" + ", ".join(f"{k}={val}" for k, val in s.params) + ")"
+        if s.when:
+            line += f"  when {s.when}"
+        grid.add_row("launch", escape(line))
+    return Panel(grid, title=f"[bold]{v.family.name} {v.number}[/]: {escape(v.title)}", title_align="left")
+
+
+def family_panel(fam: Family) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    if fam.summary:
+        grid.add_row("computes", escape(fam.summary.strip()))
+    for a in fam.args:
+        grid.add_row(f"{a.role} {a.name}", f"{a.dtype}[{a.shape}]" + (f"  drawn as {a.init}" if a.init else ""))
+    grid.add_row("sizes", fam.format_sizes(fam.default_sizes) + (f"  ({', '.join(f'{k} = {v}' for k, v in fam.derived.items())})" if fam.derived else ""))
+    grid.add_row("test sizes", "; ".join(fam.format_sizes(s) for s in fam.test_sizes))
+    grid.add_row("tolerance", f"atol {fam.atol:g}, rtol {fam.rtol:g}")
+    grid.add_row("bytes moved", fam.bytes)
+    if fam.flops:
+        grid.add_row("flops", fam.flops)
+    grid.add_row("reference", f"references/{fam.reference_name.split(':')[0]}.py")
+    if fam.torch:
+        grid.add_row("torch", escape(fam.torch))
+    for v in fam.versions:
+        grid.add_row(f"version {v.number}", escape(v.title))
+    return Panel(grid, title=f"[bold]{fam.name}[/]: {escape(fam.title)}", title_align="left")
+
+
+@cli.command("compile")
+@click.argument("family", required=False)
+@click.argument("version", required=False)
+@click.option("--arch", "archs", multiple=True, default=["sm_90"], show_default=True,
+              help="Target arch (repeatable), e.g. --arch sm_80 --arch sm_90.")
+@click.pass_context
+def compile_cmd(ctx, family, version, archs):
+    """Compile versions with the nvcc on PATH (no GPU needed) and show ptxas's resource report."""
+    from .compile import compile_only
+    project = _project(ctx)
+    fams = [project.family(family)] if family else project.families()
+    table = Table(title="ptxas resources", title_justify="left")
+    for col in ("version", "arch", "kernel", "regs", "spills (st/ld B)", "stack B", "static smem B"):
+        table.add_column(col, justify="left" if col in ("version", "kernel", "arch") else "right")
+    failed = 0
+    for fam in fams:
+        versions = [fam.version(version)] if version else fam.versions
+        for v in versions:
+            for arch in archs:
+                try:
+                    res, warnings = compile_only(v.path, arch)
+                except WorkbenchError as e:
+                    failed += 1
+                    err_console.print(f"[red]{escape(str(e))}[/]")
+                    continue
+                if warnings:
+                    err_console.print(f"[yellow]{v.label} ({arch}):[/]\n{escape(warnings)}")
+                for name, r in sorted(res.items()):
+                    table.add_row(v.label, arch, name, str(r.registers), f"{r.spill_stores}/{r.spill_loads}",
+                                  str(r.stack), str(r.shared))
+    console.print(table)
+    if failed:
+        raise WorkbenchError(f"{failed} compile(s) failed")
+
+
+# -- run / bench / check: on the GPU ---------------------------------------------------------------
+def _options(sizes=None, block_sizes=(), seed=0, seeds=3, timeout=DEFAULT_TIMEOUT, budget=0.4,
+             torch=True, flush=True, test_sizes=True):
+    from .runner import Options
+    return Options(sizes=sizes, block_sizes=list(block_sizes) or None, seed=seed, seeds=seeds,
+                   timeout=timeout, budget=budget, torch=torch, flush=flush, test_sizes=test_sizes)
+
+
+def common_options(f):
+    opts = [
+        click.option("--sizes", help="Override sizes, e.g. B=4,T=2048,C=1024 (defaults: the family's)."),
+        click.option("--seed", default=0, show_default=True, help="First seed for the inputs."),
+        click.option("--seeds", default=3, show_default=True, help="How many seeds each size set is checked at."),
+        click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True,
+                     help="Seconds a version may take (compile + check + time) before it is killed."),
+        click.option("--budget", default=0.4, show_default=True, help="Seconds of timing per block size."),
+        click.option("--no-torch", is_flag=True, help="Skip the PyTorch baseline."),
+        click.option("--no-flush", is_flag=True, help="Do not flush L2 before timed launches (for comparison)."),
+        click.option("--no-test-sizes", is_flag=True, help="Check only at the timed sizes, not the family's test sizes."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err_console, transient=True)
+
+
+@cli.command()
+@click.argument("family")
+@click.argument("version")
+@click.option("--block-size", "block_sizes", type=int, multiple=True,
+              help="Time only this block size (repeatable). Default: every size the header lists.")
+@common_options
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the result as JSON.")
+@click.pass_context
+def run(ctx, family, version, block_sizes, sizes, seed, seeds, timeout, budget, no_torch, no_flush,
+        no_test_sizes, json_path):
+    """Compile a version, check it against the reference, time it across block sizes."""
+    from .runner import Session
+    project = _project(ctx)
+    fam = project.family(family)
+    v = fam.version(version)
+    opts = _options(sizes, block_sizes, seed, seeds, timeout, budget, not no_torch, not no_flush,
+                    not no_test_sizes)
+    fam.parse_sizes(sizes)  # a bad --sizes fails before any work
+    with Session(project, opts) as session, err_console.status("starting") as status:
+        session.progress = lambda text: status.update(escape(text))
+        meta = session.metadata()
+        res = session.run_version(v)
+        torch = session.run_torch(fam) if res.get("status") == "passed" else None
+    console.print(report.run_report(res, meta, torch))
+    if json_path:
+        report.write_json(json_path, report.bench_payload(meta, [{"family": fam.name, "versions": [res], "torch": torch}]))
+    if res.get("status") != "passed":
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("families", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every family.")
+@common_options
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write every result, with device metadata, as JSON.")
+@click.pass_context
+def bench(ctx, families, all_, sizes, seed, seeds, timeout, budget, no_torch, no_flush, no_test_sizes, json_path):
+    """Check and time every version of the given families (or --all), best block size each."""
+    from .runner import Session
+    project = _project(ctx)
+    if all_ and families:
+        raise WorkbenchError("give family names or --all, not both")
+    if not all_ and not families:
+        raise WorkbenchError("name the families to bench, or pass --all (families: "
+                             + ", ".join(project.family_names()) + ")")
+    fams = project.families() if all_ else [project.family(f) for f in families]
+    if sizes and len(fams) > 1:
+        raise WorkbenchError("--sizes applies to one family at a time")
+    for fam in fams:
+        fam.parse_sizes(sizes)
+    opts = _options(sizes, (), seed, seeds, timeout, budget, not no_torch, not no_flush, not no_test_sizes)
+    results = []
+    failures = 0
+    with Session(project, opts) as session:
+        with _progress() as progress:
+            total = sum(len(f.versions) for f in fams)
+            task = progress.add_task("probing the device", total=total)
+            session.progress = lambda text: progress.update(task, description=escape(text))
+            meta = session.metadata()
+            for fam in fams:
+                def done(res):
+                    progress.advance(task)
+                    progress.console.print(f"  {res['family']} {res['version']}: ", report.status_text(res),
+                                            f" {escape(report.reason_line(res))}" if res.get("status") != "passed" else "")
+                fam_result = session.bench_family(fam, on_version=done)
+                session.drop_cases(fam)
+                results.append(fam_result)
+                failures += sum(v.get("status") not in ("passed", "refused") for v in fam_result["versions"])
+                if json_path:  # written after each family: nothing lost if a later one crashes us
+                    report.write_json(json_path, report.bench_payload(meta, results))
+                progress.console.print(report.bench_table(fam_result))
+    console.print(f"[dim]{report.device_line(meta)}[/]")
+    if json_path:
+        console.print(f"results written to {json_path}")
+    if failures:
+        err_console.print(f"[bold red]{failures} version(s) did not pass[/]")
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("family")
+@click.argument("versions", nargs=-1)
+@click.option("--seed", default=0, show_default=True, help="First seed for the inputs.")
+@click.option("--seeds", default=3, show_default=True, help="How many seeds each size set is checked at.")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, help="Seconds per version.")
+@click.pass_context
+def check(ctx, family, versions, seed, seeds, timeout):
+    """Check versions (default: all) at the family's default and test sizes, every block size,
+    several seeds; no timing."""
+    from .runner import Options, Session
+    project = _project(ctx)
+    fam = project.family(family)
+    chosen = [fam.version(v) for v in versions] if versions else fam.versions
+    failures = 0
+    with Session(project, Options(seed=seed, seeds=seeds, timeout=timeout, time=False)) as session, \
+            err_console.status("starting") as status:
+        session.progress = lambda text: status.update(escape(text))
+        session.device()
+        for v in chosen:
+            res = session.run_version(v)
+            console.print(f"[bold]{v.label}[/] {escape(v.title)}: ", report.check_line(res))
+            details = report.failure_details(res)
+            if details is not None:
+                console.print(details)
+            failures += res.get("status") not in ("passed", "refused")
+    if failures:
+        sys.exit(1)
+
+
+@cli.command()
+@click.pass_context
+def device(ctx):
+    """Show the GPU and its measured copy-bandwidth ceiling (measured once, then cached)."""
+    from .runner import Options, Session
+    with Session(_project(ctx), Options()) as session:
+        meta = session.metadata()
+    console.print(report.device_line(meta))
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="workbench")
+
+
+if __name__ == "__main__":
+    main()

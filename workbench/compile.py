@@ -1,0 +1,204 @@
+"""Compile: a version's .cu file to a loaded CUDA module, with its resource report.
+
+On the GPU, versions are compiled with PyCUDA's `SourceModule` (which caches the cubin, so a
+re-run is instant) at the device's own arch, `-O3 --use_fast_math` by default. The source is
+prefixed with a `#line` directive so nvcc's diagnostics name the version's own file and line.
+ptxas runs with `-v`; its report (registers, spills, stack, shared memory per kernel) is parsed
+and cached beside PyCUDA's cubin cache.
+
+Without a GPU, `compile_only` runs the `nvcc` on PATH on the same file with the same options for
+any arch (the CPU tests build every version for sm_80 and sm_90 this way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import CompileError, NoGPU
+
+DEFAULT_FLAGS = ("-O3", "--use_fast_math")
+CACHE_DIR = Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+@dataclass
+class Resources:
+    """ptxas's report for one kernel."""
+
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack: int = 0
+    shared: int = 0
+
+    def line(self) -> str:
+        spills = f"{self.spill_stores}/{self.spill_loads} B spilled" if (self.spill_stores or self.spill_loads) else "no spills"
+        return f"{self.registers} regs, {spills}, {self.stack} B stack, {self.shared} B static smem"
+
+
+def flags() -> list[str]:
+    """The nvcc flags: the defaults, or WORKBENCH_NVCC_FLAGS when set (configurable per run)."""
+    env = os.environ.get("WORKBENCH_NVCC_FLAGS")
+    return shlex.split(env) if env is not None else list(DEFAULT_FLAGS)
+
+
+def include_dirs(path: Path) -> list[str]:
+    """Headers a version may include: its own folder and kernels/common."""
+    path = Path(path).resolve()
+    dirs = [path.parent]
+    common = path.parent.parent / "common"
+    if common.is_dir():
+        dirs.append(common)
+    return [str(d) for d in dirs]
+
+
+def source_for(path: Path) -> str:
+    """The text handed to nvcc: the file, with a #line so errors point at it, not a temp copy."""
+    path = Path(path).resolve()
+    return f'#line 1 "{path}"\n' + path.read_text()
+
+
+def flatten(path: Path) -> str:
+    """The file with its local #include "..." headers inlined (for frozen, self-contained copies)."""
+    path = Path(path).resolve()
+    seen: set[Path] = set()
+
+    def expand(p: Path) -> str:
+        def repl(m: re.Match) -> str:
+            for d in include_dirs(path):
+                cand = Path(d) / m.group(1)
+                if cand.exists():
+                    if cand in seen:
+                        return f"// (already included: {m.group(1)})"
+                    seen.add(cand)
+                    return f"// ---- begin {m.group(1)} ----\n{expand(cand)}\n// ---- end {m.group(1)} ----"
+            return m.group(0)
+        return INCLUDE.sub(repl, p.read_text())
+
+    return expand(path)
+
+
+PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+PTXAS_USED = re.compile(r"Used (\d+) registers")
+PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas(text: str) -> dict[str, Resources]:
+    """Per-kernel resources from `ptxas -v` output."""
+    out: dict[str, Resources] = {}
+    current = None
+    for line in text.splitlines():
+        if m := PTXAS_ENTRY.search(line):
+            current = out.setdefault(m.group(1), Resources())
+        elif current is not None and (m := PTXAS_FRAME.search(line)):
+            current.stack, current.spill_stores, current.spill_loads = map(int, m.groups())
+        elif current is not None and (m := PTXAS_USED.search(line)):
+            current.registers = int(m.group(1))
+            if s := PTXAS_SMEM.search(line):
+                current.shared = int(s.group(1))
+    return out
+
+
+def diagnostics(text: str) -> str:
+    """nvcc's output minus ptxas's resource chatter: the warnings a reader should see."""
+    keep = [line for line in text.splitlines()
+            if line.strip() and not line.startswith("ptxas info") and not PTXAS_FRAME.search(line)
+            and "The CUDA compiler succeeded" not in line]
+    return "\n".join(keep)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _shorten(text: str, path: Path) -> str:
+    return text.replace(str(Path(path).resolve()), _display(path))
+
+
+def compile_only(path: Path, arch: str, extra: list[str] | None = None) -> tuple[dict[str, Resources], str]:
+    """Compile with the nvcc on PATH (no GPU needed). Returns (resources per kernel, warnings)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise CompileError("nvcc is not on PATH: install the CUDA toolkit to compile without a GPU")
+    path = Path(path).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, "-cubin", f"-arch={arch}", *flags(), *(extra or []), "-Xptxas", "-v",
+               *(f"-I{d}" for d in include_dirs(path)), "-o", os.path.join(tmp, "out.cubin"), str(path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise CompileError(f"{_display(path)} does not compile for {arch}:\n{_shorten(diagnostics(text), path)}")
+    return parse_ptxas(text), _shorten(diagnostics(text), path)
+
+
+def device_arch() -> str:
+    import pycuda.driver as drv
+    major, minor = drv.Context.get_device().compute_capability()
+    return f"sm_{major}{minor}"
+
+
+def _report_cache(source: str, options: list[str], arch: str) -> Path:
+    key = hashlib.sha256("\0".join([source, arch, *options]).encode()).hexdigest()[:32]
+    return CACHE_DIR / "ptxas" / f"{key}.json"
+
+
+def load_module(path: Path, source: str | None = None):
+    """Compile (cached) and load a version on the current context.
+
+    Returns (module, resources per kernel, compiler warnings). `source` overrides the file's text
+    (the trainer passes a frozen copy's text); diagnostics still name `path`.
+    """
+    try:
+        from pycuda.compiler import SourceModule
+        import pycuda.driver as drv
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise NoGPU(f"PyCUDA is not importable ({e}); install the gpu extra: pip install -e '.[gpu]'") from None
+    path = Path(path).resolve()
+    text = source if source is not None else source_for(path)
+    arch = device_arch()
+    options = [*flags(), "-Xptxas", "-v"]
+    cache = _report_cache(text, options, arch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            module = SourceModule(text, options=options, arch=arch, no_extern_c=True,
+                                  include_dirs=include_dirs(path))
+        except drv.CompileError as e:
+            raise CompileError(f"{_display(path)} does not compile for {arch}:\n"
+                               f"{_shorten(diagnostics(e.stderr or str(e)), path)}") from None
+    said = "\n".join(str(w.message) for w in caught if "CUDA compiler" in str(w.message))
+    if said:  # a fresh compile: ptxas spoke; remember its report for cached re-runs
+        report = {"resources": {k: asdict(v) for k, v in parse_ptxas(said).items()},
+                  "warnings": _shorten(diagnostics(said), path)}
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(report))
+    elif cache.exists():
+        report = json.loads(cache.read_text())
+    else:
+        report = {"resources": {}, "warnings": ""}
+    resources = {k: Resources(**v) for k, v in report["resources"].items()}
+    return module, resources, report["warnings"]
+
+
+def kernel_resources(resources: dict[str, Resources], name: str) -> Resources | None:
+    """ptxas names C++ kernels by their mangled names; match `name` either way."""
+    if name in resources:
+        return resources[name]
+    for mangled, res in resources.items():
+        if mangled.startswith(f"_Z{len(name)}{name}"):
+            return res
+    return None

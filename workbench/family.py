@@ -1,0 +1,508 @@
+"""The kernel-family contract: what a family computes, and how each of its versions is launched.
+
+A family is a folder `kernels/<family>/` holding
+
+* `family.toml`: the op's arguments (name, dtype, shape as an expression of the sizes, role,
+  how inputs are drawn), its size parameters with default and test sizes, preconditions, the
+  tolerance, the bytes (and FLOPs) that must move, the PyTorch equivalent, the NumPy reference;
+* numbered versions `<n>_<slug>.cu`, each opening with a `/* ... */` comment whose body is TOML:
+  the version's story (title, what changed, why it should be faster), its preconditions, the
+  block sizes to sweep and the launch steps (kernels with grid/block/shared memory as expressions
+  of the sizes and `block_size`, memsets, library calls).
+
+The same objects drive the workbench's check and timing and the trainer's calls (see launch.py):
+there is one description of how a version is launched. kernels/README.md documents the format.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import expr
+from .errors import ContractError, SizesError, UnknownName
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DTYPES = {"f32": "float32", "i32": "int32"}
+ROLES = ("in", "out", "inout")
+VERSION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.cu$")
+HEADER = re.compile(r"\A\s*/\*(.*?)\*/", re.S)
+
+
+def _want(table: Mapping, key: str, kind, where: str, default: Any = ...):
+    if key not in table:
+        if default is ...:
+            raise ContractError(f"{where}: missing required key '{key}'")
+        return default
+    value = table[key]
+    if not isinstance(value, kind):
+        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ContractError(f"{where}: '{key}' must be {name}, got {value!r}")
+    return value
+
+
+def _no_extra(table: Mapping, allowed: set[str], where: str) -> None:
+    extra = set(table) - allowed
+    if extra:
+        raise ContractError(f"{where}: unknown key(s) {', '.join(sorted(extra))} "
+                            f"(allowed: {', '.join(sorted(allowed))})")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of the op: a device buffer the kernels read and/or write."""
+
+    name: str
+    role: str
+    shape: str
+    dtype: str = "f32"
+    init: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+    @property
+    def is_input(self) -> bool:
+        return self.role in ("in", "inout")
+
+    @property
+    def is_output(self) -> bool:
+        return self.role in ("out", "inout")
+
+    @property
+    def np_dtype(self) -> str:
+        return DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A temporary device buffer a version needs besides the op's arguments."""
+
+    name: str
+    size: str
+    dtype: str = "f32"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch step of a version: a kernel, a memset or a library call."""
+
+    kind: str                      # "kernel" | "memset" | "library"
+    name: str                      # kernel entry point, buffer to memset, or library op
+    grid: tuple[str, ...] = ()
+    block: tuple[str, ...] = ()
+    shared: str = "0"
+    args: tuple[str, ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()
+    value: str = "0"
+    when: str | None = None
+
+
+@dataclass
+class Version:
+    family: "Family"
+    number: int
+    path: Path
+    title: str
+    changed: str
+    why: str
+    preconditions: tuple[str, ...]
+    block_sizes: tuple[int | None, ...]
+    scratch: tuple[Scratch, ...]
+    steps: tuple[Step, ...]
+    atol: float | None = None
+    rtol: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.family.name} {self.number}"
+
+    @property
+    def source(self) -> str:
+        return self.path.read_text()
+
+    @property
+    def kernels(self) -> list[str]:
+        return sorted({s.name for s in self.steps if s.kind == "kernel"})
+
+    def unmet(self, sizes: Mapping[str, int]) -> list[str]:
+        """The preconditions (family's and version's) that `sizes` violate."""
+        env = self.family.env(sizes)
+        return [p for p in (*self.family.preconditions, *self.preconditions)
+                if not expr.evaluate(p, env)]
+
+    def tolerance(self, arg: Arg) -> tuple[float, float]:
+        atol = arg.atol if arg.atol is not None else self.atol if self.atol is not None else self.family.atol
+        rtol = arg.rtol if arg.rtol is not None else self.rtol if self.rtol is not None else self.family.rtol
+        return atol, rtol
+
+
+@dataclass
+class Family:
+    name: str
+    path: Path
+    project: "Project"
+    title: str
+    summary: str
+    sizes: tuple[str, ...]
+    derived: dict[str, str]
+    params: dict[str, float | int]
+    default_sizes: dict[str, int]
+    test_sizes: list[dict[str, int]]
+    preconditions: tuple[str, ...]
+    atol: float
+    rtol: float
+    bytes: str
+    flops: str | None
+    torch: str | None
+    torch_outputs: tuple[str, ...]
+    reference_name: str
+    prepare: str | None
+    args: tuple[Arg, ...]
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+    # -- sizes ---------------------------------------------------------------------------
+    def env(self, sizes: Mapping[str, int], block_size: int | None = None) -> dict[str, Any]:
+        """Names visible to expressions: sizes, derived sizes, params and block_size."""
+        env: dict[str, Any] = dict(self.params)
+        env.update(sizes)
+        for name, text in self.derived.items():
+            env[name] = expr.evaluate(text, env)
+        if block_size is not None:
+            env["block_size"] = block_size
+        return env
+
+    def parse_sizes(self, text: str | None, base: Mapping[str, int] | None = None) -> dict[str, int]:
+        """`B=4,T=2048,C=1024` over the defaults; a clear SizesError on anything else."""
+        sizes = dict(base or self.default_sizes)
+        if text:
+            for part in filter(None, (p.strip() for p in text.split(","))):
+                key, eq, value = part.partition("=")
+                key = key.strip()
+                if not eq or key not in self.sizes:
+                    raise SizesError(f"bad --sizes entry {part!r}: expected NAME=INT with NAME one "
+                                     f"of {', '.join(self.sizes)} (e.g. {self.format_sizes(self.default_sizes)})")
+                try:
+                    sizes[key] = int(value)
+                except ValueError:
+                    raise SizesError(f"bad --sizes entry {part!r}: {value.strip()!r} is not an integer") from None
+                if sizes[key] < 1:
+                    raise SizesError(f"bad --sizes entry {part!r}: sizes must be positive")
+        self.check_sizes(sizes)
+        return sizes
+
+    def check_sizes(self, sizes: Mapping[str, int]) -> None:
+        missing = [s for s in self.sizes if s not in sizes]
+        if missing:
+            raise SizesError(f"{self.name}: sizes missing {', '.join(missing)}")
+        env = self.env(sizes)
+        failed = [p for p in self.preconditions if not expr.evaluate(p, env)]
+        if failed:
+            raise SizesError(f"{self.name} cannot handle {self.format_sizes(sizes)}: "
+                             f"requires {' and '.join(failed)}")
+
+    def format_sizes(self, sizes: Mapping[str, int]) -> str:
+        return ",".join(f"{k}={sizes[k]}" for k in self.sizes if k in sizes)
+
+    def shape(self, arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return expr.evaluate_shape(arg.shape, self.env(sizes))
+
+    def bytes_moved(self, sizes: Mapping[str, int]) -> int:
+        return expr.evaluate_int(self.bytes, self.env(sizes), "bytes")
+
+    def flops_done(self, sizes: Mapping[str, int]) -> int | None:
+        return None if self.flops is None else int(expr.evaluate(self.flops, self.env(sizes)))
+
+    def arg(self, name: str) -> Arg:
+        for a in self.args:
+            if a.name == name:
+                return a
+        raise ContractError(f"{self.name}: no argument named {name!r}")
+
+    # -- versions and reference ----------------------------------------------------------------
+    @cached_property
+    def versions(self) -> list[Version]:
+        found: dict[int, Path] = {}
+        for path in sorted(self.path.glob("*.cu")):
+            m = VERSION_FILE.match(path.name)
+            if not m:
+                raise ContractError(f"{path}: version files are named <number>_<slug>.cu")
+            n = int(m.group(1))
+            if n in found:
+                raise ContractError(f"{self.name}: two files claim version {n}: "
+                                    f"{found[n].name} and {path.name}")
+            found[n] = path
+        return [load_version(self, n, found[n]) for n in sorted(found)]
+
+    def version(self, number: int | str) -> Version:
+        try:
+            n = int(number)
+        except (TypeError, ValueError):
+            n = None
+        for v in self.versions:
+            if v.number == n:
+                return v
+        have = ", ".join(str(v.number) for v in self.versions) or "none"
+        raise UnknownName(f"{self.name} has no version {number} (versions: {have})")
+
+    @cached_property
+    def reference_module(self):
+        return self.project.reference_module(self.reference_name)
+
+    @property
+    def reference(self):
+        """The NumPy reference: `module` or `module:function` (function defaults to module)."""
+        module, _, name = self.reference_name.partition(":")
+        name = name or module
+        fn = getattr(self.reference_module, name, None)
+        if fn is None:
+            raise ContractError(f"{self.name}: references/{module}.py defines no function {name}()")
+        return fn
+
+    @property
+    def reference_file(self) -> str:
+        return self.reference_name.split(":")[0]
+
+
+def _sizes_table(value: Any, sizes: tuple[str, ...], where: str) -> dict[str, int]:
+    if not isinstance(value, dict) or set(value) != set(sizes) or not all(
+            isinstance(v, int) and v > 0 for v in value.values()):
+        raise ContractError(f"{where}: expected positive integers for exactly {', '.join(sizes)}, "
+                            f"got {value!r}")
+    return dict(value)
+
+
+def load_family(project: "Project", path: Path) -> Family:
+    where = f"{path / 'family.toml'}"
+    try:
+        data = tomllib.loads((path / "family.toml").read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ContractError(f"{where}: {e}") from None
+    except FileNotFoundError:
+        raise ContractError(f"{path}: a family folder needs a family.toml contract") from None
+    _no_extra(data, {"title", "summary", "sizes", "derived", "params", "default_sizes",
+                     "test_sizes", "preconditions", "tolerance", "bytes", "flops", "torch",
+                     "torch_outputs", "reference", "prepare", "args", "seeds"}, where)
+    sizes = tuple(_want(data, "sizes", list, where))
+    if not sizes or not all(isinstance(s, str) and s.isidentifier() for s in sizes):
+        raise ContractError(f"{where}: 'sizes' must list the size parameters' names")
+    tol = _want(data, "tolerance", dict, where)
+    _no_extra(tol, {"atol", "rtol"}, f"{where} [tolerance]")
+    args = []
+    for i, a in enumerate(_want(data, "args", list, where)):
+        w = f"{where} args[{i}]"
+        if not isinstance(a, dict):
+            raise ContractError(f"{w}: each argument is a table {{name = ..., role = ..., shape = ...}}")
+        _no_extra(a, {"name", "role", "shape", "dtype", "init", "atol", "rtol"}, w)
+        arg = Arg(name=_want(a, "name", str, w), role=_want(a, "role", str, w),
+                  shape=_want(a, "shape", str, w), dtype=_want(a, "dtype", str, w, "f32"),
+                  init=_want(a, "init", str, w, None), atol=_want(a, "atol", (int, float), w, None),
+                  rtol=_want(a, "rtol", (int, float), w, None))
+        if arg.role not in ROLES:
+            raise ContractError(f"{w}: role must be one of {', '.join(ROLES)}, got {arg.role!r}")
+        if arg.dtype not in DTYPES:
+            raise ContractError(f"{w}: dtype must be one of {', '.join(DTYPES)}, got {arg.dtype!r}")
+        if arg.is_input and arg.init is None:
+            raise ContractError(f"{w}: input {arg.name!r} needs an 'init' saying how it is drawn")
+        args.append(arg)
+    names = [a.name for a in args]
+    if len(set(names)) != len(names):
+        raise ContractError(f"{where}: argument names must be unique: {names}")
+    if not any(a.is_output for a in args):
+        raise ContractError(f"{where}: the op has no output argument")
+    params = dict(_want(data, "params", dict, where, {}))
+    fam = Family(
+        name=path.name, path=path, project=project,
+        title=_want(data, "title", str, where), summary=_want(data, "summary", str, where, ""),
+        sizes=sizes, derived=dict(_want(data, "derived", dict, where, {})), params=params,
+        default_sizes={}, test_sizes=[],
+        preconditions=tuple(_want(data, "preconditions", list, where, [])),
+        atol=float(_want(tol, "atol", (int, float), f"{where} [tolerance]")),
+        rtol=float(_want(tol, "rtol", (int, float), f"{where} [tolerance]")),
+        bytes=str(_want(data, "bytes", (str, int), where)),
+        flops=None if "flops" not in data else str(data["flops"]),
+        torch=_want(data, "torch", str, where, None),
+        torch_outputs=tuple(_want(data, "torch_outputs", list, where, [])),
+        reference_name=_want(data, "reference", str, where, path.name),
+        prepare=_want(data, "prepare", str, where, None),
+        args=tuple(args),
+        seeds=tuple(_want(data, "seeds", list, where, [0, 1, 2])),
+    )
+    fam.default_sizes = _sizes_table(_want(data, "default_sizes", dict, where), sizes,
+                                     f"{where} default_sizes")
+    tests = _want(data, "test_sizes", list, where)
+    if not tests:
+        raise ContractError(f"{where}: 'test_sizes' must list at least one size set")
+    fam.test_sizes = [_sizes_table(t, sizes, f"{where} test_sizes[{i}]") for i, t in enumerate(tests)]
+    # Validate every expression now, so a typo is reported at load and not mid-benchmark.
+    known = set(sizes) | set(fam.derived) | set(params) | {"block_size"}
+    for text in [*fam.derived.values(), *fam.preconditions, fam.bytes, *(a.shape for a in args),
+                 *([fam.flops] if fam.flops else [])]:
+        unknown = expr.names(str(text)) - known
+        if unknown:
+            raise ContractError(f"{where}: expression {text!r} uses unknown name(s) "
+                                f"{', '.join(sorted(unknown))}")
+    for name in fam.torch_outputs:
+        fam.arg(name)
+    for sz in (fam.default_sizes, *fam.test_sizes):
+        try:
+            fam.check_sizes(sz)
+        except SizesError as e:
+            raise ContractError(f"{where}: {e}") from None
+    return fam
+
+
+def _exprs(value: Any, where: str) -> tuple[str, ...]:
+    """A grid/block entry: one expression or a list of up to three."""
+    items = value if isinstance(value, list) else [value]
+    if not 1 <= len(items) <= 3 or not all(isinstance(v, (str, int)) for v in items):
+        raise ContractError(f"{where}: expected an expression or a list of 1-3 expressions")
+    return tuple(str(v) for v in items)
+
+
+def parse_header(path: Path) -> dict[str, Any]:
+    text = path.read_text()
+    m = HEADER.match(text)
+    if not m:
+        raise ContractError(f"{path}: a version opens with a /* ... */ comment holding its "
+                            f"header (title, story, launch) as TOML")
+    try:
+        return tomllib.loads(m.group(1))
+    except tomllib.TOMLDecodeError as e:
+        raise ContractError(f"{path}: header is not valid TOML: {e}") from None
+
+
+def load_version(family: Family, number: int, path: Path) -> Version:
+    where = str(path)
+    h = parse_header(path)
+    _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
+                  "tolerance"}, where)
+    scratch = []
+    for name, spec in _want(h, "scratch", dict, where, {}).items():
+        if isinstance(spec, dict):
+            _no_extra(spec, {"size", "dtype"}, f"{where} scratch.{name}")
+            scratch.append(Scratch(name, str(_want(spec, "size", (str, int), where)),
+                                   _want(spec, "dtype", str, where, "f32")))
+        else:
+            scratch.append(Scratch(name, str(spec)))
+    buffers = {a.name for a in family.args} | {s.name for s in scratch}
+    steps = []
+    for i, s in enumerate(_want(h, "launch", list, where)):
+        w = f"{where} launch[{i}]"
+        kinds = [k for k in ("kernel", "memset", "library") if k in s]
+        if len(kinds) != 1:
+            raise ContractError(f"{w}: each step names exactly one of kernel, memset, library")
+        kind = kinds[0]
+        when = _want(s, "when", str, w, None)
+        if kind == "kernel":
+            _no_extra(s, {"kernel", "grid", "block", "shared", "args", "when"}, w)
+            step = Step("kernel", _want(s, "kernel", str, w), grid=_exprs(_want(s, "grid", (str, int, list), w), w),
+                        block=_exprs(_want(s, "block", (str, int, list), w), w),
+                        shared=str(_want(s, "shared", (str, int), w, "0")),
+                        args=tuple(str(a) for a in _want(s, "args", list, w)), when=when)
+        elif kind == "memset":
+            _no_extra(s, {"memset", "value", "when"}, w)
+            step = Step("memset", _want(s, "memset", str, w), value=str(_want(s, "value", (str, int, float), w, "0")), when=when)
+            if step.name not in buffers:
+                raise ContractError(f"{w}: memset of unknown buffer {step.name!r}")
+        else:
+            params = {k: v for k, v in s.items() if k not in ("library", "when")}
+            step = Step("library", _want(s, "library", str, w), params=tuple(params.items()), when=when)
+        steps.append(step)
+    block_sizes = _want(h, "block_sizes", list, where, [])
+    uses_block = any("block_size" in str(x) for st in steps for x in (*st.grid, *st.block, st.shared, *st.args))
+    if uses_block and not block_sizes:
+        raise ContractError(f"{where}: the launch uses block_size, so the header must list block_sizes")
+    if not all(isinstance(b, int) and 0 < b <= 1024 for b in block_sizes):
+        raise ContractError(f"{where}: block_sizes must be integers in 1..1024, got {block_sizes}")
+    tol = _want(h, "tolerance", dict, where, {})
+    v = Version(
+        family=family, number=number, path=path, title=_want(h, "title", str, where),
+        changed=_want(h, "changed", str, where, "").strip(), why=_want(h, "why", str, where, "").strip(),
+        preconditions=tuple(_want(h, "preconditions", list, where, [])),
+        block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
+        atol=tol.get("atol"), rtol=tol.get("rtol"))
+    known = set(family.sizes) | set(family.derived) | set(family.params) | {"block_size"}
+    texts = [*v.preconditions, *(s.size for s in scratch)]
+    for st in steps:
+        texts += [*st.grid, *st.block, st.shared, st.value] + ([st.when] if st.when else [])
+        for a in st.args:
+            texts.append(strip_arg(a, buffers))
+    for text in texts:
+        if not text:
+            continue
+        unknown = expr.names(text) - known
+        if unknown:
+            raise ContractError(f"{where}: expression {text!r} uses unknown name(s) "
+                                f"{', '.join(sorted(unknown))}")
+    return v
+
+
+ARG_TYPES = {"i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f32": "f", "f64": "d"}
+BUFFER_OFFSET = re.compile(r"^\s*(\w+)\s*\[(.+)\]\s*$")
+
+
+def strip_arg(text: str, buffers: set[str]) -> str:
+    """The expression part of a kernel argument ('' for a plain buffer)."""
+    text = text.strip()
+    if text in buffers:
+        return ""
+    m = BUFFER_OFFSET.match(text)
+    if m and m.group(1) in buffers:
+        return m.group(2)
+    prefix, colon, rest = text.partition(":")
+    if colon and prefix in ARG_TYPES:
+        return rest
+    return text
+
+
+class Project:
+    """A folder holding kernels/ and references/ (the repository by default)."""
+
+    def __init__(self, root: Path | str | None = None):
+        import os
+        self.root = Path(root or os.environ.get("WORKBENCH_ROOT") or PROJECT_ROOT).resolve()
+        self.kernels_dir = self.root / "kernels"
+        self.references_dir = self.root / "references"
+        self._families: dict[str, Family] = {}
+
+    def family_names(self) -> list[str]:
+        if not self.kernels_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.kernels_dir.iterdir()
+                      if p.is_dir() and (p / "family.toml").exists())
+
+    def family(self, name: str) -> Family:
+        if name not in self._families:
+            path = self.kernels_dir / name
+            if not (path / "family.toml").exists():
+                have = ", ".join(self.family_names()) or "none"
+                raise UnknownName(f"unknown family {name!r} (families: {have})")
+            self._families[name] = load_family(self, path)
+        return self._families[name]
+
+    def families(self) -> list[Family]:
+        return [self.family(n) for n in self.family_names()]
+
+    def reference_module(self, spec: str):
+        module = spec.split(":")[0]
+        path = self.references_dir / f"{module}.py"
+        if not path.exists():
+            raise ContractError(f"reference {path} does not exist")
+        if self.root == PROJECT_ROOT:
+            if str(self.root) not in sys.path:
+                sys.path.insert(0, str(self.root))
+            return importlib.import_module(f"references.{module}")
+        name = f"_wb_references_{abs(hash(str(self.root)))}_{module}"
+        if name not in sys.modules:
+            loader_spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(loader_spec)
+            sys.modules[name] = mod
+            loader_spec.loader.exec_module(mod)
+        return sys.modules[name]

@@ -1,0 +1,177 @@
+"""Launch: turn a version's header into a ready-to-run plan on device buffers.
+
+This is the only place that knows how a version is launched. The workbench's worker builds a
+plan on its test buffers; the trainer builds one on slices of its own activations and parameters.
+A plan is a list of steps (prepared kernel launches, memsets, library calls) replayed on a stream,
+so it can also be captured into a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from . import expr
+from .errors import ContractError
+from .family import ARG_TYPES, BUFFER_OFFSET, Version
+
+ITEMSIZE = {"f32": 4, "i32": 4}
+MAX_STATIC_SHARED = 48 * 1024
+
+
+class LaunchConfigError(ContractError):
+    """A launch this kernel cannot take (block too large for its registers, grid too big...)."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A device allocation (or a slice of one) the plan may point at."""
+
+    ptr: int
+    nbytes: int
+    dtype: str = "f32"
+
+    def at(self, offset_elems: int) -> int:
+        offset = int(offset_elems) * ITEMSIZE[self.dtype]
+        if not 0 <= offset <= self.nbytes:
+            raise LaunchConfigError(f"offset {offset_elems} is outside a buffer of {self.nbytes} bytes")
+        return self.ptr + offset
+
+
+def scratch_sizes(version: Version, sizes: Mapping[str, int], block_size: int | None) -> dict[str, tuple[int, str]]:
+    """Bytes and dtype of each scratch buffer the version needs at these sizes."""
+    env = version.family.env(sizes, block_size)
+    return {s.name: (max(4, expr.evaluate_int(s.size, env, f"scratch {s.name}") * ITEMSIZE[s.dtype]), s.dtype)
+            for s in version.scratch}
+
+
+@dataclass
+class Plan:
+    """The steps of one version at one size set, block size and set of buffers."""
+
+    version: Version
+    block_size: int | None
+    steps: list[Callable[[Any], None]] = field(default_factory=list)
+    described: list[str] = field(default_factory=list)
+
+    def __call__(self, stream) -> None:
+        for step in self.steps:
+            step(stream)
+
+
+def _resolve(text: Any, env: Mapping[str, Any], buffers: Mapping[str, Buffer]) -> tuple[str, Any]:
+    """A kernel argument → (struct type char, value). Buffers become pointers."""
+    if isinstance(text, bool):
+        return "i", int(text)
+    if isinstance(text, (int, float)):
+        return ("i", text) if isinstance(text, int) else ("f", text)
+    s = str(text).strip()
+    if s in buffers:
+        return "P", buffers[s].ptr
+    m = BUFFER_OFFSET.match(s)
+    if m and m.group(1) in buffers:
+        return "P", buffers[m.group(1)].at(expr.evaluate_int(m.group(2), env, "buffer offset"))
+    prefix, colon, rest = s.partition(":")
+    if colon and prefix in ARG_TYPES:
+        value = expr.evaluate(rest, env)
+        kind = ARG_TYPES[prefix]
+        return kind, float(value) if kind in "fd" else int(value)
+    value = expr.evaluate(s, env)
+    if isinstance(value, bool):
+        return "i", int(value)
+    if isinstance(value, int):
+        if not -2**31 <= value < 2**31:
+            raise LaunchConfigError(f"argument {s!r} = {value} does not fit an int32; write i64:{s}")
+        return "i", value
+    return "f", float(value)
+
+
+def resolve_value(text: Any, env: Mapping[str, Any], buffers: Mapping[str, Buffer]) -> Any:
+    """A library-call parameter: buffers become pointers, expressions values, others pass."""
+    if isinstance(text, (bool, int, float)):
+        return text
+    return _resolve(text, env, buffers)[1]
+
+
+def _dims(texts: tuple[str, ...], env: Mapping[str, Any], what: str) -> tuple[int, int, int]:
+    dims = [expr.evaluate_int(t, env, what) for t in texts]
+    return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: int | None,
+               buffers: Mapping[str, Buffer], params: Mapping[str, Any] | None = None,
+               resources: Mapping[str, Any] | None = None) -> Plan:
+    """Prepare every step of `version` for these sizes, block size and buffers."""
+    import pycuda.driver as drv
+    from . import libs
+
+    env = version.family.env(sizes, block_size)
+    env.update(params or {})
+    plan = Plan(version, block_size)
+    missing = [a.name for a in version.family.args if a.name not in buffers] + \
+              [s.name for s in version.scratch if s.name not in buffers]
+    if missing:
+        raise ContractError(f"{version.label}: no buffer given for {', '.join(missing)}")
+    for step in version.steps:
+        if step.when is not None and not expr.evaluate(step.when, env):
+            continue
+        if step.kind == "kernel":
+            launch, described = _kernel_step(version, module, step, env, buffers, resources or {}, drv)
+            plan.steps.append(launch)
+            plan.described.append(described)
+        elif step.kind == "memset":
+            buf = buffers[step.name]
+            bits = _word(expr.evaluate(step.value, env), buf.dtype)
+            count = buf.nbytes // 4
+
+            def memset(stream, ptr=buf.ptr, bits=bits, count=count):
+                drv.memset_d32_async(ptr, bits, count, stream)
+            plan.steps.append(memset)
+            plan.described.append(f"memset {step.name}")
+        else:
+            fn = libs.get(step.name)
+            kwargs = {k: resolve_value(v, env, buffers) for k, v in step.params}
+            plan.steps.append(fn(**kwargs))
+            plan.described.append(f"{step.name}({', '.join(k for k, _ in step.params)})")
+    return plan
+
+
+def _word(value: Any, dtype: str) -> int:
+    if dtype == "f32":
+        return struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    return int(value) & 0xFFFFFFFF
+
+
+def _kernel_step(version: Version, module, step, env, buffers, resources, drv):
+    try:
+        func = module.get_function(step.name)
+    except drv.LogicError:
+        mangled = [k for k in resources if k.startswith(f"_Z{len(step.name)}{step.name}")]
+        if len(mangled) != 1:
+            raise ContractError(f"{version.path.name}: no kernel named {step.name!r} in the module "
+                                f"(declare it extern \"C\" __global__)") from None
+        func = module.get_function(mangled[0])
+    grid = _dims(step.grid, env, "grid")
+    block = _dims(step.block, env, "block")
+    shared = expr.evaluate_int(step.shared, env, "shared")
+    threads = block[0] * block[1] * block[2]
+    limit = func.get_attribute(drv.function_attribute.MAX_THREADS_PER_BLOCK)
+    if threads > limit:
+        raise LaunchConfigError(f"{step.name}: a block of {threads} threads exceeds this kernel's "
+                                f"limit of {limit} (registers)")
+    if threads < 1 or grid[1] > 65535 or grid[2] > 65535 or grid[0] >= 2**31:
+        raise LaunchConfigError(f"{step.name}: invalid launch grid {grid} block {block}")
+    if shared > MAX_STATIC_SHARED:
+        func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+    typed = [_resolve(a, env, buffers) for a in step.args]
+    func.prepare("".join(t for t, _ in typed))
+    values = [np.uintp(v) if t == "P" else v for t, v in typed]
+    empty = min(grid) == 0
+
+    def launch(stream, func=func, grid=grid, block=block, values=values, shared=shared):
+        if not empty:
+            func.prepared_async_call(grid, block, stream, *values, shared_size=shared)
+    return launch, f"{step.name}<<<{grid}, {block}, {shared}>>>"

@@ -1,0 +1,222 @@
+"""Report: rich tables for `run` and `bench`, and the JSON file, from result dicts.
+
+Everything here is a pure function of recorded results, so it is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE = {"passed": "green", "failed": "bold red", "crashed": "bold red", "timed_out": "bold red",
+                "compile_error": "bold red", "error": "bold red", "refused": "yellow",
+                "unavailable": "dim", "no_gpu": "bold red"}
+
+
+def fmt_us(us: float | None) -> str:
+    if us is None:
+        return "-"
+    if us >= 10000:
+        return f"{us / 1000:.2f} ms"
+    return f"{us:.1f} µs" if us >= 10 else f"{us:.2f} µs"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def status_text(res: dict) -> Text:
+    status = res.get("status", "?")
+    label = {"timed_out": "timed out", "compile_error": "compile error"}.get(status, status)
+    return Text(label, style=STATUS_STYLE.get(status, ""))
+
+
+def reason_line(res: dict) -> str:
+    status = res.get("status")
+    if status == "passed":
+        return ""
+    if status == "failed" and not res.get("reason"):
+        bad = first_failure(res)
+        if bad:
+            arg = next(a for a in bad["args"] if not a["ok"])
+            return (f"{arg['name']} wrong at {_sizes(bad['sizes'])} seed {bad['seed']} block {bad['block_size']}"
+                    f" ({bad['when']}): {arg['bad']}/{arg['total']} elements, max abs err {arg['max_abs']:.3g}")
+    prefix = {"crashed": "crashed: ", "compile_error": "", "timed_out": ""}.get(status, "")
+    return prefix + str(res.get("reason", ""))
+
+
+def _sizes(sizes: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def first_failure(res: dict) -> dict | None:
+    return next((c for c in res.get("checks", []) if not c["ok"]), None)
+
+
+def device_line(meta: dict) -> str:
+    d, c = meta["device"], meta["ceiling"]
+    return (f"{d['name']} ({d['sms']} SMs, {d['l2_bytes'] / 2**20:.0f} MiB L2, cc {d['compute_capability']}, "
+            f"driver {d['driver']}, CUDA {d['cuda']}); measured copy ceiling {c['gbps']:.0f} GB/s")
+
+
+def check_line(res: dict) -> Text:
+    checks = res.get("checks", [])
+    if res.get("status") != "passed":
+        return Text.assemble(status_text(res), " ", reason_line(res))
+    sizes = {json.dumps(c["sizes"], sort_keys=True) for c in checks}
+    seeds = {c["seed"] for c in checks}
+    blocks = {c["block_size"] for c in checks}
+    worst = max((a["max_abs"] for c in checks for a in c["args"]), default=0.0)
+    skipped = res.get("skipped_sizes", [])
+    text = (f"passed: every element at {len(sizes)} size sets x {len(seeds)} seeds x {len(blocks)} block sizes "
+            f"({len(checks)} checks, max abs err {worst:.2g})")
+    if any(c.get("when") == "after timing" for c in checks):
+        text += ", re-checked after timing"
+    if skipped:
+        text += f"; {len(skipped)} size set(s) outside its preconditions skipped"
+    return Text(text, style="green")
+
+
+def failure_details(res: dict) -> Table | None:
+    bad = first_failure(res)
+    if not bad:
+        return None
+    table = Table(title=f"first mismatches at {_sizes(bad['sizes'])} seed {bad['seed']} "
+                        f"block {bad['block_size']} ({bad['when']})", title_justify="left")
+    for col in ("output", "where", "expected", "got", "max abs err", "max rel err", "wrong"):
+        table.add_column(col, justify="right" if col not in ("output", "where") else "left")
+    for arg in bad["args"]:
+        if arg["ok"]:
+            continue
+        for i, m in enumerate(arg["first"]):
+            table.add_row(arg["name"] if i == 0 else "", m["where"], f"{m['expected']:.6g}", f"{m['got']:.6g}",
+                          f"{arg['max_abs']:.3g}" if i == 0 else "", f"{arg['max_rel']:.3g}" if i == 0 else "",
+                          f"{arg['bad']}/{arg['total']}" if i == 0 else "")
+    return table
+
+
+def run_report(res: dict, meta: dict, torch: dict | None = None) -> Group:
+    """`workbench run`: header, check, one row per block size, best configuration, torch."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("device", device_line(meta))
+    if res.get("sizes"):
+        head.add_row("sizes", _sizes(res["sizes"]))
+    for name, r in sorted((res.get("resources") or {}).items()):
+        spills = (f"{r['spill_stores']}/{r['spill_loads']} B spilled" if r["spill_stores"] or r["spill_loads"]
+                  else "no spills")
+        head.add_row("kernel", f"{name}: {r['registers']} regs, {spills}, {r['stack']} B stack, "
+                               f"{r['shared']} B static smem")
+    for line in res.get("launches", []):
+        head.add_row("launch", line)
+    head.add_row("check", check_line(res))
+    if res.get("compiler_warnings"):
+        head.add_row("nvcc", Text(res["compiler_warnings"], style="yellow"))
+    parts: list[Any] = [Panel(head, title=f"[bold]{res['family']} {res['version']}[/]: {res.get('title', '')}",
+                              title_align="left")]
+    details = failure_details(res)
+    if details is not None:
+        parts.append(details)
+    timings = res.get("timings") or {}
+    if timings:
+        has_flops = any("tflops" in t for t in timings.values())
+        table = Table(title="time per launch (L2 flushed before each; median of repeats)", title_justify="left")
+        for col in ["block size", "median", "p20-p80", "GB/s", "% of ceiling", "noise", "reps"] + (
+                ["TFLOP/s"] if has_flops else []):
+            table.add_column(col, justify="right")
+        best = str(res.get("best_block_size"))
+        for bs, t in timings.items():
+            style = "bold green" if bs == best else ""
+            row = [bs if bs != "None" else "-", fmt_us(t["median_us"]),
+                   f"{fmt_us(t['p20_us'])} - {fmt_us(t['p80_us'])}", f"{t['gbps']:.0f}",
+                   f"{t['pct_ceiling']:.1f}%", f"{100 * t['noise']:.1f}%", str(t["reps"])]
+            if has_flops:
+                row.append(f"{t.get('tflops', 0):.1f}")
+            table.add_row(*row, style=style)
+        for bs, why in (res.get("unusable_block_sizes") or {}).items():
+            table.add_row(bs, Text(f"not launched: {why}", style="yellow"), "", "", "", "", "")
+        parts.append(table)
+        b = res["best"]
+        line = Text.assemble(("best: ", "bold"), f"block size {res.get('best_block_size') or '-'}, "
+                             f"{fmt_us(b['median_us'])}, {b['gbps']:.0f} GB/s = {b['pct_ceiling']:.1f}% of the "
+                             f"measured copy ceiling")
+        parts.append(line)
+    parts.append(torch_line(torch, res))
+    return Group(*[p for p in parts if p is not None])
+
+
+def torch_line(torch: dict | None, res: dict | None = None) -> Text | None:
+    if torch is None:
+        return None
+    if torch.get("status") != "passed":
+        return Text(f"torch: {torch.get('reason', torch.get('status'))}", style="dim")
+    t = torch["timing"]
+    text = Text.assemble(("torch ", "bold"), f"{torch['expression']}: {fmt_us(t['median_us'])}, "
+                         f"{torch['gbps']:.0f} GB/s ({torch['pct_ceiling']:.1f}%)")
+    if res and res.get("best"):
+        speed = t["median_us"] / res["best"]["median_us"]
+        if speed >= 1:
+            text.append(f"  -> this version is {speed:.2f}x faster than torch", style="green")
+        else:
+            text.append(f"  -> torch is {1 / speed:.2f}x faster than this version", style="red")
+    return text
+
+
+def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
+    """`workbench bench`: one row per version, best block size each, plus the torch row."""
+    sizes = _sizes(fam["sizes"])
+    has_flops = any((v.get("best") or {}).get("tflops") for v in fam["versions"])
+    table = Table(title=f"[bold]{fam['family']}[/] at {sizes} ({fmt_bytes(fam['bytes'])} moved)",
+                  title_justify="left")
+    for col, j in (("v", "right"), ("title", "left"), ("status", "left"), ("block", "right"),
+                   ("median", "right"), ("p20-p80", "right"), ("GB/s", "right"), ("% ceil", "right")) + (
+            (("TFLOP/s", "right"),) if has_flops else ()) + (("vs v1", "right"), ("vs torch", "right")):
+        table.add_column(col, justify=j, overflow="fold")
+    for v in fam["versions"]:
+        b = v.get("best")
+        status = status_text(v)
+        if v.get("status") != "passed":
+            status.append(f" {reason_line(v)}", style="dim")
+        row = [str(v.get("version")), v.get("title", ""), status,
+               str(v.get("best_block_size") or "-") if b else "",
+               fmt_us(b["median_us"]) if b else "", f"{fmt_us(b['p20_us'])}-{fmt_us(b['p80_us'])}" if b else "",
+               f"{b['gbps']:.0f}" if b else "", f"{b['pct_ceiling']:.1f}%" if b else ""]
+        if has_flops:
+            row.append(f"{b['tflops']:.1f}" if b and b.get("tflops") else "")
+        row += [f"{v['speedup_vs_first']:.2f}x" if "speedup_vs_first" in v else "",
+                f"{v['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in v else ""]
+        style = "bold" if v.get("version") == fam.get("best_version") else ""
+        table.add_row(*row, style=style)
+    torch = fam.get("torch")
+    if torch:
+        if torch.get("status") == "passed":
+            t = torch["timing"]
+            row = ["", f"torch: {torch['expression']}", status_text(torch), "", fmt_us(t["median_us"]),
+                   f"{fmt_us(t['p20_us'])}-{fmt_us(t['p80_us'])}", f"{torch['gbps']:.0f}",
+                   f"{torch['pct_ceiling']:.1f}%"] + ([f"{torch.get('tflops', 0):.1f}"] if has_flops else []) + ["", "1.00x"]
+        else:
+            row = ["", "torch", Text(torch.get("reason", ""), style="dim"), *[""] * (9 if has_flops else 8)]
+        table.add_row(*row, style="cyan")
+    return table
+
+
+def bench_payload(meta: dict, families: Iterable[dict]) -> dict:
+    return {"workbench": 1, **meta, "families": list(families)}
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    """Write atomically: a crash mid-write never leaves half a results file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.replace(path)

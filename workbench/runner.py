@@ -1,0 +1,221 @@
+"""The core loop behind `run` and `bench`: build cases, run each version in its own process,
+time the PyTorch baseline, and put the figures (bandwidth, % of ceiling, speedups) together.
+
+It prints nothing: callers pass a `progress(text, advance)` callback and render the returned
+dicts with report.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .check import make_case, save_case
+from .errors import NoGPU, SizesError
+from .family import PROJECT_ROOT, Family, Project, Version
+from .isolate import DEFAULT_TIMEOUT, run_job
+
+
+@dataclass
+class Options:
+    sizes: str | None = None            # "B=4,T=2048" over the family's defaults
+    block_sizes: list[int] | None = None
+    seed: int = 0
+    seeds: int = 3
+    test_sizes: bool = True             # also check at the family's (odd) test sizes
+    timeout: float = DEFAULT_TIMEOUT
+    budget: float = 0.4                 # seconds of timing per block size
+    torch: bool = True
+    flush: bool = True
+    time: bool = True                   # False: check only
+
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class Session:
+    project: Project
+    options: Options = field(default_factory=Options)
+    progress: Progress = _quiet
+
+    def __post_init__(self):
+        self._tmp = Path(tempfile.mkdtemp(prefix="workbench-cases-"))
+        self._cases: dict[tuple, list[str]] = {}
+        self._device: dict | None = None
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- the device -----------------------------------------------------------------------
+    def device(self) -> dict:
+        """Device metadata and the measured copy ceiling; NoGPU when there is no usable GPU."""
+        if self._device is None:
+            if importlib.util.find_spec("pycuda") is None:
+                raise NoGPU("PyCUDA is not installed. On a machine with a CUDA GPU and toolkit: "
+                            "pip install -e '.[gpu]'  (or use Modal: modal run modal_app.py)")
+            self.progress("measuring the device's copy bandwidth (cached after the first run)")
+            res = run_job({"job": "probe", "root": str(self.project.root)}, self.options.timeout)
+            if res.get("status") == "no_gpu":
+                raise NoGPU(f"{res['reason']}. The workbench needs an NVIDIA GPU with a working "
+                            "driver; without one, use Modal: modal run modal_app.py")
+            if res.get("status") != "passed":
+                raise NoGPU(f"the device probe failed: {res.get('reason', res.get('status'))}")
+            self._device = {"device": res["device"], "ceiling": res["ceiling"]}
+        return self._device
+
+    # -- cases --------------------------------------------------------------------------------
+    def sizes_for(self, family: Family) -> dict[str, int]:
+        return family.parse_sizes(self.options.sizes)
+
+    def seeds(self) -> list[int]:
+        return [self.options.seed + i for i in range(max(1, self.options.seeds))]
+
+    def cases(self, family: Family, sizes: dict[str, int]) -> list[str]:
+        """Case folders: the timed sizes first (their first seed is the one timed), then the
+        family's test sizes; each at every seed."""
+        key = (family.name, tuple(sorted(sizes.items())), tuple(self.seeds()), self.options.test_sizes)
+        if key not in self._cases:
+            size_sets = [sizes] + ([s for s in family.test_sizes if s != sizes] if self.options.test_sizes else [])
+            paths = []
+            for i, sz in enumerate(size_sets):
+                for seed in self.seeds():
+                    self.progress(f"{family.name}: reference at {family.format_sizes(sz)} seed {seed}")
+                    folder = self._tmp / f"{family.name}-{len(self._cases)}-{i}-{seed}"
+                    save_case(make_case(family, sz, seed), folder)
+                    paths.append(str(folder))
+            self._cases[key] = paths
+        return self._cases[key]
+
+    def drop_cases(self, family: Family) -> None:
+        for key in [k for k in self._cases if k[0] == family.name]:
+            for p in self._cases.pop(key):
+                shutil.rmtree(p, ignore_errors=True)
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def run_version(self, version: Version, sizes: dict[str, int] | None = None) -> dict:
+        family = version.family
+        sizes = sizes or self.sizes_for(family)
+        unmet = version.unmet(sizes)
+        if unmet:
+            return {"family": family.name, "version": version.number, "title": version.title,
+                    "status": "refused", "reason": f"requires {' and '.join(unmet)}"}
+        if self.options.block_sizes:
+            bad = [b for b in self.options.block_sizes if b not in version.block_sizes]
+            if bad:
+                raise SizesError(f"{version.label} does not sweep block size(s) {bad}: "
+                                 f"its header lists {list(version.block_sizes)}")
+        device = self.device()
+        cases = self.cases(family, sizes)
+        self.progress(f"{version.label}: compile, check, time")
+        res = run_job({"job": "version", "root": str(self.project.root), "family": family.name,
+                       "version": version.number, "cases": cases, "block_sizes": self.options.block_sizes,
+                       "budget": self.options.budget, "flush": self.options.flush,
+                       "time": self.options.time},
+                      self.options.timeout)
+        res.setdefault("family", family.name)
+        res.setdefault("version", version.number)
+        res.setdefault("title", version.title)
+        return derive(res, family, sizes, device["ceiling"]["gbps"])
+
+    def run_torch(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
+        if not (self.options.torch and self.options.time and family.torch):
+            return None
+        if importlib.util.find_spec("torch") is None:
+            return {"status": "unavailable", "reason": "torch is not installed"}
+        sizes = sizes or self.sizes_for(family)
+        device = self.device()
+        self.progress(f"{family.name}: PyTorch baseline")
+        res = run_job({"job": "torch", "root": str(self.project.root), "family": family.name,
+                       "cases": self.cases(family, sizes)[:1], "budget": self.options.budget},
+                      self.options.timeout)
+        if res.get("status") == "passed":
+            t = res["timing"]
+            res.update(_bandwidth(family, sizes, t["median_us"], device["ceiling"]["gbps"]))
+        return res
+
+    def bench_family(self, family: Family, versions: list[Version] | None = None,
+                     on_version: Callable[[dict], None] | None = None) -> dict:
+        sizes = self.sizes_for(family)
+        out = {"family": family.name, "title": family.title, "sizes": sizes,
+               "bytes": family.bytes_moved(sizes), "flops": family.flops_done(sizes), "versions": []}
+        for version in versions or family.versions:
+            res = self.run_version(version, sizes)
+            out["versions"].append(res)
+            if on_version:
+                on_version(res)
+        out["torch"] = self.run_torch(family, sizes)
+        speedups(out)
+        return out
+
+    def metadata(self) -> dict:
+        dev = self.device()
+        return {**dev, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                "commit": git_commit(), "options": asdict(self.options)}
+
+
+def _bandwidth(family: Family, sizes: dict[str, int], median_us: float, ceiling_gbps: float) -> dict:
+    nbytes = family.bytes_moved(sizes)
+    gbps = nbytes / (median_us * 1e-6) / 1e9
+    flops = family.flops_done(sizes)
+    out = {"gbps": gbps, "pct_ceiling": 100.0 * gbps / ceiling_gbps}
+    if flops:
+        out["tflops"] = flops / (median_us * 1e-6) / 1e12
+    return out
+
+
+def derive(res: dict, family: Family, sizes: dict[str, int], ceiling_gbps: float) -> dict:
+    """Add bandwidth, % of ceiling and the best block size to a version's raw result."""
+    res["sizes"] = sizes
+    timings = res.get("timings") or {}
+    for bs, t in timings.items():
+        t.update(_bandwidth(family, sizes, t["median_us"], ceiling_gbps))
+    if timings:
+        best = min(timings, key=lambda b: timings[b]["median_us"])
+        res["best_block_size"] = None if best == "None" else int(best)
+        res["best"] = timings[best]
+    return res
+
+
+def speedups(fam: dict) -> None:
+    """Speedup of each version against version 1 and against torch (same run, same sizes)."""
+    timed = [v for v in fam["versions"] if v.get("best")]
+    first = next((v for v in fam["versions"] if v.get("version") == min(
+        (x.get("version", 0) for x in fam["versions"]), default=0) and v.get("best")), None)
+    torch = fam.get("torch") or {}
+    torch_us = torch.get("timing", {}).get("median_us") if torch.get("status") == "passed" else None
+    for v in timed:
+        us = v["best"]["median_us"]
+        if first:
+            v["speedup_vs_first"] = first["best"]["median_us"] / us
+        if torch_us:
+            v["speedup_vs_torch"] = torch_us / us
+    if timed:
+        fam["best_version"] = min(timed, key=lambda v: v["best"]["median_us"])["version"]
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None

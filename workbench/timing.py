@@ -1,0 +1,143 @@
+"""Time: CUDA events, warm-up, an L2 flush before every timed launch, median with spread.
+
+`measure` times any callable that enqueues work on a stream (a version's plan, a PyTorch
+baseline on the same stream). Before each timed launch a memset writes a buffer twice the size
+of L2, so every launch starts cold, as it would inside a real model where the previous layer's
+data evicted ours; the memset also hides the host's launch cost, since the GPU is still busy with
+it while the launch is enqueued. Launches repeat until the spread settles or the time budget is
+spent; the result is the median and the 20th-80th percentile band.
+
+`copy_ceiling` measures the device's practical bandwidth (a large device-to-device copy,
+counting bytes read plus written) once per device and caches it: every "% of ceiling" figure is
+against this measurement, never a datasheet number.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from .compile import CACHE_DIR
+
+COPY_BYTES = 1 << 30  # 1 GiB each way: far beyond any L2
+
+
+@dataclass
+class Timing:
+    median_us: float
+    p20_us: float
+    p80_us: float
+    reps: int
+    noise: float  # (p80 - p20) / median
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def summarize(samples_us: list[float]) -> Timing:
+    a = np.asarray(samples_us, dtype=np.float64)
+    med = float(np.median(a))
+    p20, p80 = (float(x) for x in np.percentile(a, [20, 80]))
+    return Timing(med, p20, p80, int(a.size), (p80 - p20) / med if med > 0 else 0.0)
+
+
+class L2Flush:
+    """A buffer of twice the device's L2; writing it evicts whatever the last launch left there."""
+
+    def __init__(self):
+        import pycuda.driver as drv
+        dev = drv.Context.get_device()
+        l2 = dev.get_attribute(drv.device_attribute.L2_CACHE_SIZE)
+        self.words = max(2 * l2, 1 << 20) // 4
+        self.buf = drv.mem_alloc(self.words * 4)
+        self._drv = drv
+        self._counter = 0
+
+    def __call__(self, stream) -> None:
+        self._counter = (self._counter + 1) & 0xFFFF
+        self._drv.memset_d32_async(self.buf, self._counter, self.words, stream)
+
+
+def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
+            budget_s: float = 0.4, min_reps: int = 15, max_reps: int = 400,
+            target_noise: float = 0.03, warmup: int = 3, batch: int = 10) -> Timing:
+    """Median time of `launch(stream)` in microseconds."""
+    import pycuda.driver as drv
+    for _ in range(warmup):
+        if flush:
+            flush(stream)
+        launch(stream)
+    stream.synchronize()
+    events = [(drv.Event(), drv.Event()) for _ in range(batch)]
+    samples: list[float] = []
+    start = time.perf_counter()
+    while True:
+        n = min(batch, max_reps - len(samples))
+        for s, e in events[:n]:
+            if flush:
+                flush(stream)
+            s.record(stream)
+            launch(stream)
+            e.record(stream)
+        events[n - 1][1].synchronize()
+        samples += [e.time_since(s) * 1000.0 for s, e in events[:n]]
+        if len(samples) >= max_reps:
+            break
+        if len(samples) >= min_reps:
+            t = summarize(samples)
+            if t.noise <= target_noise or time.perf_counter() - start > budget_s:
+                break
+    return summarize(samples)
+
+
+COPY_KERNEL = r"""
+extern "C" __global__ void copy_float4(const float4* __restrict__ src, float4* __restrict__ dst, long long n) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = src[i];
+}
+"""
+
+
+def device_key() -> dict:
+    import pycuda.driver as drv
+    dev = drv.Context.get_device()
+    return {"name": dev.name(), "pci": dev.pci_bus_id(), "driver": drv.get_driver_version()}
+
+
+def copy_ceiling(refresh: bool = False) -> dict:
+    """Measured copy bandwidth in GB/s (read + write), cached per device."""
+    import pycuda.driver as drv
+    from pycuda.compiler import SourceModule
+    key = device_key()
+    cache = CACHE_DIR / "ceiling.json"
+    known = json.loads(cache.read_text()) if cache.exists() else {}
+    name = f"{key['name']}|{key['pci']}|{key['driver']}"
+    if name in known and not refresh:
+        return known[name]
+    stream = drv.Stream()
+    src, dst = drv.mem_alloc(COPY_BYTES), drv.mem_alloc(COPY_BYTES)
+    drv.memset_d32(src, 0x3F800000, COPY_BYTES // 4)
+    fn = SourceModule(COPY_KERNEL, no_extern_c=True).get_function("copy_float4")
+    fn.prepare("PPq")
+    n4 = COPY_BYTES // 16
+    sms = drv.Context.get_device().get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+    kernel = measure(lambda s: fn.prepared_async_call((sms * 8, 1, 1), (512, 1, 1), s, np.uintp(int(src)), np.uintp(int(dst)), np.int64(n4)),
+                     stream, None, budget_s=1.0, min_reps=20)
+    memcpy = measure(lambda s: drv.memcpy_dtod_async(dst, src, COPY_BYTES, s), stream, None,
+                     budget_s=1.0, min_reps=20)
+    best = min(kernel.median_us, memcpy.median_us)
+    result = {"gbps": 2 * COPY_BYTES / (best * 1e-6) / 1e9,
+              "kernel_gbps": 2 * COPY_BYTES / (kernel.median_us * 1e-6) / 1e9,
+              "memcpy_gbps": 2 * COPY_BYTES / (memcpy.median_us * 1e-6) / 1e9,
+              "bytes": 2 * COPY_BYTES, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    src.free()
+    dst.free()
+    known[name] = result
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(known, indent=1))
+    return result
