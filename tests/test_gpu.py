@@ -50,7 +50,7 @@ def test_the_l2_flush_makes_a_measurable_difference():
     x = drv.to_device(np.ones(n, dtype=np.float32))
     out = drv.mem_alloc(4)
     stream = drv.Stream()
-    launch = lambda s: fn.prepared_async_call((1024, 1, 1), (256, 1, 1), s, x, out, np.int32(n))
+    launch = lambda s: fn.prepared_async_call((1024, 1, 1), (256, 1, 1), s, np.uintp(int(x)), np.uintp(int(out)), np.int32(n))
     warm = measure(launch, stream, None, budget_s=0.3, min_reps=50)
     cold = measure(launch, stream, L2Flush(), budget_s=0.3, min_reps=50)
     assert cold.median_us > 1.2 * warm.median_us, (cold, warm)
@@ -69,3 +69,33 @@ def test_a_faulty_version_is_reported_and_the_bench_goes_on():
     assert np.isnan(first["got"]), "the unwritten tail still holds the poison"
     assert status[5]["status"] == "failed"
     assert status[6]["status"] == "failed"
+
+
+@pytest.mark.parametrize("op", ["gemm", "gemm_lt"])
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False)])
+def test_library_gemm_is_row_major_and_batched(op, trans_a, trans_b):
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+
+    from workbench import libs
+    rng = np.random.default_rng(0)
+    batch, m, n, k = 3, 37, 29, 19
+    A = rng.normal(size=(batch, k, m) if trans_a else (batch, m, k)).astype(np.float32)
+    B = rng.normal(size=(batch, n, k) if trans_b else (batch, k, n)).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    a, b, bb = drv.to_device(A), drv.to_device(B), drv.to_device(bias)
+    d = drv.mem_alloc(batch * m * n * 4)
+    kw = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, batch=batch,
+              stride_a=m * k, stride_b=k * n)
+    if op == "gemm":
+        call = libs.gemm(a=int(a), b=int(b), c=int(d), stride_c=m * n, **kw)
+    else:
+        call = libs.gemm_lt(a=int(a), b=int(b), d=int(d), stride_d=m * n, bias=int(bb), **kw)
+    stream = drv.Stream()
+    call(stream)
+    stream.synchronize()
+    got = drv.from_device(d, (batch, m, n), np.float32)
+    opa = A.transpose(0, 2, 1) if trans_a else A
+    opb = B.transpose(0, 2, 1) if trans_b else B
+    want = opa.astype(np.float64) @ opb + (bias if op == "gemm_lt" else 0)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
