@@ -32,6 +32,8 @@ from .errors import ContractError, SizesError, UnknownName
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"f32": "float32", "i32": "int32"}
 ROLES = ("in", "out", "inout")
+# Names a launch may use besides the sizes: the swept block size and the device's SM count.
+DEVICE_NAMES = {"block_size", "SMS"}
 VERSION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.cu$")
 HEADER = re.compile(r"\A\s*/\*(.*?)\*/", re.S)
 
@@ -341,7 +343,7 @@ def load_family(project: "Project", path: Path) -> Family:
         raise ContractError(f"{where}: 'test_sizes' must list at least one size set")
     fam.test_sizes = [_sizes_table(t, sizes, f"{where} test_sizes[{i}]") for i, t in enumerate(tests)]
     # Validate every expression now, so a typo is reported at load and not mid-benchmark.
-    known = set(sizes) | set(fam.derived) | set(params) | {"block_size"}
+    known = set(sizes) | set(fam.derived) | set(params) | DEVICE_NAMES
     for text in [*fam.derived.values(), *fam.preconditions, fam.bytes, *(a.shape for a in args),
                  *([fam.flops] if fam.flops else [])]:
         unknown = expr.names(str(text)) - known
@@ -428,7 +430,7 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         preconditions=tuple(_want(h, "preconditions", list, where, [])),
         block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
         atol=tol.get("atol"), rtol=tol.get("rtol"))
-    known = set(family.sizes) | set(family.derived) | set(family.params) | {"block_size"}
+    known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES
     texts = [*v.preconditions, *(s.size for s in scratch)]
     for st in steps:
         texts += [*st.grid, *st.block, st.shared, st.value] + ([st.when] if st.when else [])

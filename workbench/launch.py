@@ -41,9 +41,30 @@ class Buffer:
         return self.ptr + offset
 
 
-def scratch_sizes(version: Version, sizes: Mapping[str, int], block_size: int | None) -> dict[str, tuple[int, str]]:
-    """Bytes and dtype of each scratch buffer the version needs at these sizes."""
+_DEVICE_ENV: dict[str, int] = {}
+
+
+def device_env() -> dict[str, int]:
+    """Device facts launch expressions may use: SMS, the multiprocessor count (persistent grids)."""
+    if not _DEVICE_ENV:
+        import pycuda.driver as drv
+        dev = drv.Context.get_device()
+        _DEVICE_ENV["SMS"] = dev.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+    return _DEVICE_ENV
+
+
+def launch_env(version: Version, sizes: Mapping[str, int], block_size: int | None,
+               params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     env = version.family.env(sizes, block_size)
+    env.update(device_env())
+    env.update(params or {})
+    return env
+
+
+def scratch_sizes(version: Version, sizes: Mapping[str, int], block_size: int | None,
+                  params: Mapping[str, Any] | None = None) -> dict[str, tuple[int, str]]:
+    """Bytes and dtype of each scratch buffer the version needs at these sizes."""
+    env = launch_env(version, sizes, block_size, params)
     return {s.name: (max(4, expr.evaluate_int(s.size, env, f"scratch {s.name}") * ITEMSIZE[s.dtype]), s.dtype)
             for s in version.scratch}
 
@@ -108,8 +129,7 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
     import pycuda.driver as drv
     from . import libs
 
-    env = version.family.env(sizes, block_size)
-    env.update(params or {})
+    env = launch_env(version, sizes, block_size, params)
     plan = Plan(version, block_size)
     missing = [a.name for a in version.family.args if a.name not in buffers] + \
               [s.name for s in version.scratch if s.name not in buffers]

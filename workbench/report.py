@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rich.console import Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -59,28 +60,26 @@ def _sizes(sizes: dict) -> str:
 
 
 def first_failure(res: dict) -> dict | None:
-    return next((c for c in res.get("checks", []) if not c["ok"]), None)
+    failures = res.get("failures") or []
+    return failures[0] if failures else None
 
 
 def device_line(meta: dict) -> str:
     d, c = meta["device"], meta["ceiling"]
+    driver = d.get("driver_version") or d["driver"]
     return (f"{d['name']} ({d['sms']} SMs, {d['l2_bytes'] / 2**20:.0f} MiB L2, cc {d['compute_capability']}, "
-            f"driver {d['driver']}, CUDA {d['cuda']}); measured copy ceiling {c['gbps']:.0f} GB/s")
+            f"driver {driver}, CUDA {d['cuda']}); measured copy ceiling {c['gbps']:.0f} GB/s")
 
 
 def check_line(res: dict) -> Text:
-    checks = res.get("checks", [])
     if res.get("status") != "passed":
         return Text.assemble(status_text(res), " ", reason_line(res))
-    sizes = {json.dumps(c["sizes"], sort_keys=True) for c in checks}
-    seeds = {c["seed"] for c in checks}
-    blocks = {c["block_size"] for c in checks}
-    worst = max((a["max_abs"] for c in checks for a in c["args"]), default=0.0)
-    skipped = res.get("skipped_sizes", [])
-    text = (f"passed: every element at {len(sizes)} size sets x {len(seeds)} seeds x {len(blocks)} block sizes "
-            f"({len(checks)} checks, max abs err {worst:.2g})")
-    if any(c.get("when") == "after timing" for c in checks):
+    c = res.get("check") or {}
+    text = (f"passed: every element at {len(c.get('sizes', []))} size sets x {len(c.get('seeds', []))} seeds x "
+            f"{len(c.get('block_sizes', []))} block sizes ({c.get('count', 0)} checks, max abs err {c.get('max_abs', 0):.2g})")
+    if c.get("after_timing"):
         text += ", re-checked after timing"
+    skipped = {json.dumps(s["sizes"], sort_keys=True) for s in res.get("skipped_sizes", [])}
     if skipped:
         text += f"; {len(skipped)} size set(s) outside its preconditions skipped"
     return Text(text, style="green")
@@ -122,7 +121,7 @@ def run_report(res: dict, meta: dict, torch: dict | None = None) -> Group:
     head.add_row("check", check_line(res))
     if res.get("compiler_warnings"):
         head.add_row("nvcc", Text(res["compiler_warnings"], style="yellow"))
-    parts: list[Any] = [Panel(head, title=f"[bold]{res['family']} {res['version']}[/]: {res.get('title', '')}",
+    parts: list[Any] = [Panel(head, title=f"[bold]{res['family']} {res['version']}[/]: {escape(res.get('title', ''))}",
                               title_align="left")]
     details = failure_details(res)
     if details is not None:
@@ -176,7 +175,8 @@ def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
     """`workbench bench`: one row per version, best block size each, plus the torch row."""
     sizes = _sizes(fam["sizes"])
     has_flops = any((v.get("best") or {}).get("tflops") for v in fam["versions"])
-    table = Table(title=f"[bold]{fam['family']}[/] at {sizes} ({fmt_bytes(fam['bytes'])} moved)",
+    table = Table(title=f"[bold]{fam['family']}[/] at {sizes} ({fmt_bytes(fam['bytes'])} moved)"
+                        + (f", {fam['flops'] / 1e9:.1f} GFLOP" if fam.get("flops") else ""),
                   title_justify="left")
     for col, j in (("v", "right"), ("title", "left"), ("status", "left"), ("block", "right"),
                    ("median", "right"), ("p20-p80", "right"), ("GB/s", "right"), ("% ceil", "right")) + (
@@ -187,7 +187,7 @@ def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
         status = status_text(v)
         if v.get("status") != "passed":
             status.append(f" {reason_line(v)}", style="dim")
-        row = [str(v.get("version")), v.get("title", ""), status,
+        row = [str(v.get("version")), Text(v.get("title", "")), status,
                str(v.get("best_block_size") or "-") if b else "",
                fmt_us(b["median_us"]) if b else "", f"{fmt_us(b['p20_us'])}-{fmt_us(b['p80_us'])}" if b else "",
                f"{b['gbps']:.0f}" if b else "", f"{b['pct_ceiling']:.1f}%" if b else ""]
@@ -201,7 +201,7 @@ def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
     if torch:
         if torch.get("status") == "passed":
             t = torch["timing"]
-            row = ["", f"torch: {torch['expression']}", status_text(torch), "", fmt_us(t["median_us"]),
+            row = ["", Text(f"torch: {torch['expression']}"), status_text(torch), "", fmt_us(t["median_us"]),
                    f"{fmt_us(t['p20_us'])}-{fmt_us(t['p80_us'])}", f"{torch['gbps']:.0f}",
                    f"{torch['pct_ceiling']:.1f}%"] + ([f"{torch.get('tflops', 0):.1f}"] if has_flops else []) + ["", "1.00x"]
         else:

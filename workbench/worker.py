@@ -62,7 +62,11 @@ def init_cuda() -> dict:
     dev = drv.Context.get_device()
     major, minor = dev.compute_capability()
     a = drv.device_attribute
-    return {"name": dev.name(), "compute_capability": f"{major}.{minor}",
+    try:  # the kernel module's version, as nvidia-smi shows it
+        driver_version = open("/proc/driver/nvidia/version").readline().split("Kernel Module")[1].split()[0]
+    except (OSError, IndexError):
+        driver_version = None
+    return {"name": dev.name(), "compute_capability": f"{major}.{minor}", "driver_version": driver_version,
             "sms": dev.get_attribute(a.MULTIPROCESSOR_COUNT),
             "l2_bytes": dev.get_attribute(a.L2_CACHE_SIZE),
             "memory_bytes": dev.total_memory(),
@@ -146,8 +150,40 @@ class Buffers:
         self.allocs.clear()
 
 
-def _summary(reports) -> dict:
-    return {"ok": all(r.ok for r in reports), "args": [r.to_json() for r in reports]}
+class CheckLog:
+    """What the checks found: a compact summary of the passes, the details of the failures."""
+
+    def __init__(self):
+        self.count = 0
+        self.sizes: list[dict] = []
+        self.seeds: set[int] = set()
+        self.block_sizes: set = set()
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.after_timing = False
+        self.failures: list[dict] = []
+
+    def add(self, sizes, seed, block_size, when, reports) -> bool:
+        ok = all(r.ok for r in reports)
+        self.count += 1
+        if sizes not in self.sizes:
+            self.sizes.append(dict(sizes))
+        self.seeds.add(seed)
+        self.block_sizes.add(block_size)
+        self.after_timing |= when == "after timing"
+        for r in reports:
+            if r.max_abs == r.max_abs:  # not NaN
+                self.max_abs = max(self.max_abs, r.max_abs)
+                self.max_rel = max(self.max_rel, r.max_rel)
+        if not ok and len(self.failures) < 10:
+            self.failures.append({"sizes": dict(sizes), "seed": seed, "block_size": block_size, "when": when,
+                                  "ok": False, "args": [r.to_json() for r in reports]})
+        return ok
+
+    def to_json(self) -> dict:
+        return {"count": self.count, "sizes": self.sizes, "seeds": sorted(self.seeds),
+                "block_sizes": sorted(self.block_sizes, key=lambda b: -1 if b is None else b),
+                "max_abs": self.max_abs, "max_rel": self.max_rel, "after_timing": self.after_timing}
 
 
 def run_version(req: dict, rep: Reporter) -> None:
@@ -170,7 +206,7 @@ def run_version(req: dict, rep: Reporter) -> None:
     stream = drv.Stream()
     block_sizes = req.get("block_sizes") or list(version.block_sizes)
     unusable: dict[str, str] = {}
-    checks: list[dict] = []
+    log = CheckLog()
     failed = False
     cases = [load_case(p) for p in req["cases"]]
 
@@ -183,11 +219,8 @@ def run_version(req: dict, rep: Reporter) -> None:
         dev.reset(scratch)
         plan(stream)
         stream.synchronize()
-        reports = dev.verify(version, comparer)
-        ok = all(r.ok for r in reports)
-        if not ok or len(checks) < 200:
-            checks.append({"sizes": dev.sizes, "seed": dev.case.seed, "block_size": bs, "when": when,
-                           **_summary(reports)})
+        ok = log.add(dev.sizes, dev.case.seed, bs, when, dev.verify(version, comparer))
+        res["check"], res["failures"] = log.to_json(), log.failures
         return ok
 
     rep.phase("check")
@@ -207,7 +240,6 @@ def run_version(req: dict, rep: Reporter) -> None:
             except LaunchConfigError as e:
                 unusable[str(bs)] = str(e)
         dev.free()
-    res["checks"] = checks
     res["unusable_block_sizes"] = unusable
     usable = [bs for bs in block_sizes if str(bs) not in unusable]
     if not usable:
@@ -241,10 +273,8 @@ def run_version(req: dict, rep: Reporter) -> None:
             if not check_case(dev, bs, "after timing"):
                 res["status"] = "failed"
                 res["reason"] = "passed before timing but failed after it"
-                res["checks"] = checks
                 return
         dev.free()
-    res["checks"] = checks
     res["status"] = "passed"
 
 
