@@ -283,6 +283,8 @@ def bench(ctx, families, all_, sizes, seed, seeds, timeout, budget, no_torch, no
                 if json_path:  # written after each family: nothing lost if a later one crashes us
                     report.write_json(json_path, report.bench_payload(meta, results))
                 progress.console.print(report.bench_table(fam_result))
+                if any((v.get("best") or {}).get("pct_ceiling", 0) > report.L2_SUSPECT_PCT for v in fam_result["versions"]):
+                    progress.console.print(f"[yellow]* {report.L2_WARNING}[/]")
     console.print(f"[dim]{report.device_line(meta)}[/]")
     if json_path:
         console.print(f"results written to {json_path}")
@@ -329,6 +331,66 @@ def device(ctx):
     with Session(_project(ctx), Options()) as session:
         meta = session.metadata()
     console.print(report.device_line(meta))
+
+
+# -- prepro: the trainer's inputs in llm.c's file formats (no GPU needed) -------------------------
+@cli.group()
+def prepro():
+    """Prepare the trainer's inputs in llm.c's file formats: tokens, tokenizer, GPT-2 weights."""
+
+
+def _written_table(written) -> Table:
+    table = Table(box=None, pad_edge=False)
+    table.add_column("wrote", style="bold cyan", no_wrap=True)
+    table.add_column("bytes", justify="right")
+    table.add_column("holds")
+    for path, what in written.files.items():
+        table.add_row(escape(str(path)), f"{path.stat().st_size:,}", escape(what))
+    return table
+
+
+@prepro.command("tinyshakespeare")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Tokenize this local copy instead of downloading the text.")
+@click.option("--out", "out_dir", default="data", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the text and the .bin files.")
+def prepro_tinyshakespeare_cmd(input_path, out_dir):
+    """Download tiny Shakespeare (sha256 checked) and tokenize it with GPT-2's BPE into
+    tiny_shakespeare_val.bin (32,768 tokens), tiny_shakespeare_train.bin (305,260) and
+    gpt2_tokenizer.bin."""
+    from rich.progress import DownloadColumn, TransferSpeedColumn
+
+    from train import prepro as pp
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=err_console, transient=True) as progress:
+        task = None
+
+        def on_progress(done, total):
+            nonlocal task
+            if task is None:
+                task = progress.add_task("downloading tiny Shakespeare", total=total)
+            progress.update(task, completed=done, total=total)
+        written = pp.prepro_tinyshakespeare(out_dir, input_path, on_progress)
+    for note in written.notes:
+        err_console.print(f"[yellow]{escape(note)}[/]")
+    console.print(_written_table(written))
+
+
+@prepro.command("gpt2")
+@click.option("--out", "out_dir", default="data", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the .bin files.")
+@click.option("--model", "model_name", default="gpt2", show_default=True,
+              help="Hugging Face model id (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a local folder.")
+@click.option("--tokens", "tokens_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Token file whose first batch makes the debug state [default: OUT/tiny_shakespeare_val.bin].")
+def prepro_gpt2_cmd(out_dir, model_name, tokens_path):
+    """Export GPT-2's weights (needs the hf extra: transformers, torch): gpt2_124M.bin (v3 fp32),
+    gpt2_124M_bf16.bin (v5), gpt2_tokenizer.bin and gpt2_124M_debug_state.bin (B=4, T=64: logits,
+    loss and every gradient by PyTorch)."""
+    from train import prepro as pp
+    with err_console.status(f"exporting {escape(model_name)} and computing its debug state"):
+        written = pp.prepro_gpt2(out_dir, model_name, tokens_path)
+    console.print(_written_table(written))
 
 
 def main(argv: list[str] | None = None) -> None:

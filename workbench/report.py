@@ -20,6 +20,13 @@ STATUS_STYLE = {"passed": "green", "failed": "bold red", "crashed": "bold red", 
                 "unavailable": "dim", "no_gpu": "bold red"}
 
 
+# A memory-bound kernel above this share of the copy ceiling is suspect: some of its bytes may
+# have been served by (or left in) L2 rather than moved through DRAM.
+L2_SUSPECT_PCT = 93.0
+L2_WARNING = (f"note: above {L2_SUSPECT_PCT:.0f}% of the copy ceiling; part of the traffic may have stayed in L2 "
+              "(e.g. outputs still dirty in L2 when the kernel ended). Check with ncu's dram__bytes metrics.")
+
+
 def fmt_us(us: float | None) -> str:
     if us is None:
         return "-"
@@ -150,6 +157,8 @@ def run_report(res: dict, meta: dict, torch: dict | None = None) -> Group:
                              f"{fmt_us(b['median_us'])}, {b['gbps']:.0f} GB/s = {b['pct_ceiling']:.1f}% of the "
                              f"measured copy ceiling")
         parts.append(line)
+        if b["pct_ceiling"] > L2_SUSPECT_PCT:
+            parts.append(Text(L2_WARNING, style="yellow"))
     parts.append(torch_line(torch, res))
     return Group(*[p for p in parts if p is not None])
 
@@ -190,7 +199,9 @@ def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
         row = [str(v.get("version")), Text(v.get("title", "")), status,
                str(v.get("best_block_size") or "-") if b else "",
                fmt_us(b["median_us"]) if b else "", f"{fmt_us(b['p20_us'])}-{fmt_us(b['p80_us'])}" if b else "",
-               f"{b['gbps']:.0f}" if b else "", f"{b['pct_ceiling']:.1f}%" if b else ""]
+               f"{b['gbps']:.0f}" if b else "",
+               Text(f"{b['pct_ceiling']:.1f}%" + ("*" if b["pct_ceiling"] > L2_SUSPECT_PCT else ""),
+                    style="yellow" if b["pct_ceiling"] > L2_SUSPECT_PCT else "") if b else ""]
         if has_flops:
             row.append(f"{b['tflops']:.1f}" if b and b.get("tflops") else "")
         row += [f"{v['speedup_vs_first']:.2f}x" if "speedup_vs_first" in v else "",
