@@ -235,9 +235,11 @@ def run(ctx, family, version, block_sizes, sizes, seed, seeds, timeout, budget, 
         meta = session.metadata()
         res = session.run_version(v)
         torch = session.run_torch(fam) if res.get("status") == "passed" else None
-    console.print(report.run_report(res, meta, torch))
+        copy = session.run_copy(fam) if res.get("status") == "passed" else None
+    console.print(report.run_report(res, meta, torch, copy))
     if json_path:
-        report.write_json(json_path, report.bench_payload(meta, [{"family": fam.name, "versions": [res], "torch": torch}]))
+        report.write_json(json_path, report.bench_payload(meta, [{"family": fam.name, "versions": [res],
+                                                                  "torch": torch, "copy": copy}]))
     if res.get("status") != "passed":
         sys.exit(1)
 
@@ -275,7 +277,7 @@ def bench(ctx, families, all_, sizes, seed, seeds, timeout, budget, no_torch, no
                 def done(res):
                     progress.advance(task)
                     progress.console.print(f"  {res['family']} {res['version']}: ", report.status_text(res),
-                                            f" {escape(report.reason_line(res))}" if res.get("status") != "passed" else "")
+                                           f": {escape(report.reason_line(res))}" if res.get("status") != "passed" else "")
                 fam_result = session.bench_family(fam, on_version=done)
                 session.drop_cases(fam)
                 results.append(fam_result)

@@ -35,6 +35,10 @@ def fmt_us(us: float | None) -> str:
     return f"{us:.1f} µs" if us >= 10 else f"{us:.2f} µs"
 
 
+def fmt_gbps(gbps: float) -> str:
+    return f"{gbps:.0f}" if gbps >= 10 else f"{gbps:.2f}"
+
+
 def fmt_bytes(n: float) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
@@ -58,8 +62,7 @@ def reason_line(res: dict) -> str:
             arg = next(a for a in bad["args"] if not a["ok"])
             return (f"{arg['name']} wrong at {_sizes(bad['sizes'])} seed {bad['seed']} block {bad['block_size']}"
                     f" ({bad['when']}): {arg['bad']}/{arg['total']} elements, max abs err {arg['max_abs']:.3g}")
-    prefix = {"crashed": "crashed: ", "compile_error": "", "timed_out": ""}.get(status, "")
-    return prefix + str(res.get("reason", ""))
+    return str(res.get("reason", ""))
 
 
 def _sizes(sizes: dict) -> str:
@@ -80,7 +83,7 @@ def device_line(meta: dict) -> str:
 
 def check_line(res: dict) -> Text:
     if res.get("status") != "passed":
-        return Text.assemble(status_text(res), " ", reason_line(res))
+        return Text.assemble(status_text(res), ": ", reason_line(res))
     c = res.get("check") or {}
     text = (f"passed: every element at {len(c.get('sizes', []))} size sets x {len(c.get('seeds', []))} seeds x "
             f"{len(c.get('block_sizes', []))} block sizes ({c.get('count', 0)} checks, max abs err {c.get('max_abs', 0):.2g})")
@@ -110,7 +113,7 @@ def failure_details(res: dict) -> Table | None:
     return table
 
 
-def run_report(res: dict, meta: dict, torch: dict | None = None) -> Group:
+def run_report(res: dict, meta: dict, torch: dict | None = None, copy: dict | None = None) -> Group:
     """`workbench run`: header, check, one row per block size, best configuration, torch."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
@@ -144,7 +147,7 @@ def run_report(res: dict, meta: dict, torch: dict | None = None) -> Group:
         for bs, t in timings.items():
             style = "bold green" if bs == best else ""
             row = [bs if bs != "None" else "-", fmt_us(t["median_us"]),
-                   f"{fmt_us(t['p20_us'])} - {fmt_us(t['p80_us'])}", f"{t['gbps']:.0f}",
+                   f"{fmt_us(t['p20_us'])} - {fmt_us(t['p80_us'])}", fmt_gbps(t["gbps"]),
                    f"{t['pct_ceiling']:.1f}%", f"{100 * t['noise']:.1f}%", str(t["reps"])]
             if has_flops:
                 row.append(f"{t.get('tflops', 0):.1f}")
@@ -157,6 +160,11 @@ def run_report(res: dict, meta: dict, torch: dict | None = None) -> Group:
                              f"{fmt_us(b['median_us'])}, {b['gbps']:.0f} GB/s = {b['pct_ceiling']:.1f}% of the "
                              f"measured copy ceiling")
         parts.append(line)
+        if copy and copy.get("status") == "passed":
+            ct = copy["timing"]["median_us"]
+            parts.append(Text(f"a plain copy of the same bytes, timed the same way: {fmt_us(ct)} "
+                              f"({copy['pct_ceiling']:.1f}% of the ceiling); this version takes "
+                              f"{b['median_us'] / ct:.2f}x as long"))
         if b["pct_ceiling"] > L2_SUSPECT_PCT:
             parts.append(Text(L2_WARNING, style="yellow"))
     parts.append(torch_line(torch, res))
@@ -180,7 +188,7 @@ def torch_line(torch: dict | None, res: dict | None = None) -> Text | None:
     return text
 
 
-def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
+def bench_table(fam: dict) -> Group:
     """`workbench bench`: one row per version, best block size each, plus the torch row."""
     sizes = _sizes(fam["sizes"])
     has_flops = any((v.get("best") or {}).get("tflops") for v in fam["versions"])
@@ -193,13 +201,10 @@ def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
         table.add_column(col, justify=j, overflow="fold")
     for v in fam["versions"]:
         b = v.get("best")
-        status = status_text(v)
-        if v.get("status") != "passed":
-            status.append(f" {reason_line(v)}", style="dim")
-        row = [str(v.get("version")), Text(v.get("title", "")), status,
+        row = [str(v.get("version")), Text(v.get("title", "")), status_text(v),
                str(v.get("best_block_size") or "-") if b else "",
                fmt_us(b["median_us"]) if b else "", f"{fmt_us(b['p20_us'])}-{fmt_us(b['p80_us'])}" if b else "",
-               f"{b['gbps']:.0f}" if b else "",
+               fmt_gbps(b["gbps"]) if b else "",
                Text(f"{b['pct_ceiling']:.1f}%" + ("*" if b["pct_ceiling"] > L2_SUSPECT_PCT else ""),
                     style="yellow" if b["pct_ceiling"] > L2_SUSPECT_PCT else "") if b else ""]
         if has_flops:
@@ -208,6 +213,13 @@ def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
                 f"{v['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in v else ""]
         style = "bold" if v.get("version") == fam.get("best_version") else ""
         table.add_row(*row, style=style)
+    copy = fam.get("copy")
+    if copy and copy.get("status") == "passed":
+        t = copy["timing"]
+        table.add_row("", Text("copy of the same bytes (the ceiling at this size)"), status_text(copy), "",
+                      fmt_us(t["median_us"]), f"{fmt_us(t['p20_us'])}-{fmt_us(t['p80_us'])}",
+                      f"{copy['gbps']:.0f}", f"{copy['pct_ceiling']:.1f}%", *([""] * (3 if has_flops else 2)),
+                      style="dim")
     torch = fam.get("torch")
     if torch:
         if torch.get("status") == "passed":
@@ -218,7 +230,9 @@ def bench_table(fam: dict, ceiling_gbps: float | None = None) -> Table:
         else:
             row = ["", "torch", Text(torch.get("reason", ""), style="dim"), *[""] * (9 if has_flops else 8)]
         table.add_row(*row, style="cyan")
-    return table
+    notes = [Text.assemble(f"  version {v.get('version')} ", status_text(v), f": {reason_line(v)}")
+             for v in fam["versions"] if v.get("status") != "passed"]
+    return Group(table, *notes)
 
 
 def bench_payload(meta: dict, families: Iterable[dict]) -> dict:

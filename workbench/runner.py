@@ -150,6 +150,20 @@ class Session:
             res.update(_bandwidth(family, sizes, t["median_us"], device["ceiling"]["gbps"]))
         return res
 
+    def run_copy(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
+        """A plain copy of the family's bytes, timed the same way: the ceiling at this size."""
+        if not self.options.time or family.flops:  # compute-bound families: a copy says nothing
+            return None
+        sizes = sizes or self.sizes_for(family)
+        device = self.device()
+        nbytes = family.bytes_moved(sizes)
+        self.progress(f"{family.name}: a copy of the same {nbytes / 1e6:.1f} MB")
+        res = run_job({"job": "copy", "root": str(self.project.root), "bytes": nbytes,
+                       "budget": self.options.budget, "flush": self.options.flush}, self.options.timeout)
+        if res.get("status") == "passed":
+            res.update(_bandwidth(family, sizes, res["timing"]["median_us"], device["ceiling"]["gbps"]))
+        return res
+
     def bench_family(self, family: Family, versions: list[Version] | None = None,
                      on_version: Callable[[dict], None] | None = None) -> dict:
         sizes = self.sizes_for(family)
@@ -161,6 +175,7 @@ class Session:
             if on_version:
                 on_version(res)
         out["torch"] = self.run_torch(family, sizes)
+        out["copy"] = self.run_copy(family, sizes)
         speedups(out)
         return out
 

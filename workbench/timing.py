@@ -1,19 +1,28 @@
-"""Time: CUDA events, warm-up, an L2 flush before every timed launch, median with spread.
+"""Time: CUDA events, warm-up, a cold and clean L2 before every timed launch, its own write-backs
+charged to it, median with spread.
 
 `measure` times any callable that enqueues work on a stream (a version's plan, a PyTorch
-baseline on the same stream). Before each timed launch `L2Flush` writes, then reads, a buffer
-twice the size of L2: afterwards L2 holds only clean lines of that buffer, so the launch starts
-cold, as it would inside a model whose previous layer evicted our data, and it pays only for its
-own memory traffic. (A plain memset flush, the common choice, leaves L2 full of dirty lines whose
-write-back lands inside the next timed launch: on the H100 it added ~4.7 us to a 17.7 us
-layernorm, about a quarter of its time, for bytes the kernel never touched.) The flush also keeps
-the GPU busy while the host enqueues the launch, hiding launch cost; launches repeat until the
-spread settles or the time budget is spent; the result is the median and the 20th-80th
-percentile band.
+baseline on the same stream). Around each timed launch:
+
+* before it, `L2Flush` writes, then reads, a buffer twice the size of L2, so the launch starts
+  with a cold L2 holding only clean lines: it pays for its own reads from DRAM and for no one
+  else's write-backs (a plain memset flush, the common choice, leaves L2 full of dirty lines
+  whose write-back lands inside the next launch: on the H100 it added ~4.7 us to a 17.7 us
+  layernorm, bytes the kernel never touched);
+* after it, still inside the timed window, a second read of that buffer (the "drain") evicts
+  whatever the launch left dirty in L2, so its output is charged as written to DRAM; without it
+  ncu showed a 25 MB layernorm output only 5-50% written back when the kernel ended, and
+  bandwidth figures above the copy ceiling. The drain's own time, measured alone the same way,
+  is subtracted.
+
+The flush also keeps the GPU busy while the host enqueues the launch, hiding launch cost.
+Launches repeat until the spread settles or the time budget is spent; the result is the median
+and the 20th-80th percentile band.
 
 `copy_ceiling` measures the device's practical bandwidth (a large device-to-device copy,
 counting bytes read plus written) once per device and caches it: every "% of ceiling" figure is
-against this measurement, never a datasheet number.
+against this measurement, never a datasheet number. `copy_time` times a copy of a given size with
+`measure` itself: the practical ceiling at that size.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ class Timing:
     p80_us: float
     reps: int
     noise: float  # (p80 - p20) / median
+    drain_us: float = 0.0  # the drain's own time, already subtracted
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -80,6 +90,10 @@ class L2Flush:
 
     def __call__(self, stream) -> None:
         self._drv.memset_d32_async(self.buf, 0x3F800000, self.words, stream)  # 1.0f
+        self.drain(stream)
+
+    def drain(self, stream) -> None:
+        """Read the buffer: evicts (and so writes back) whatever is dirty in L2."""
         self.read.prepared_async_call(self.grid, (512, 1, 1), stream, np.uintp(int(self.buf)),
                                       np.int64(self.words // 4), np.uintp(int(self.sink)))
 
@@ -111,33 +125,60 @@ class Busy:
 def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
             budget_s: float = 0.4, min_reps: int = 15, max_reps: int = 400,
             target_noise: float = 0.03, warmup: int = 3, batch: int = 10) -> Timing:
-    """Median time of `launch(stream)` in microseconds. `flush` runs before every timed launch;
-    without one, a busy-wait kernel does, so host launch latency is hidden either way."""
+    """Median time of `launch(stream)` in microseconds.
+
+    With an L2Flush: flushed before, drained after (inside the window), drain time subtracted.
+    Without: a busy-wait kernel runs before each launch so host launch latency stays hidden, and
+    the launch runs warm (whatever the previous one left in L2)."""
     import pycuda.driver as drv
-    flush = flush or Busy()
+    before = flush or Busy()
+    after = flush.drain if flush else None
     for _ in range(warmup):
-        flush(stream)
+        before(stream)
         launch(stream)
     stream.synchronize()
     events = [(drv.Event(), drv.Event()) for _ in range(batch)]
+
+    def timed(body, n):
+        for s, e in events[:n]:
+            before(stream)
+            s.record(stream)
+            body(stream)
+            if after:
+                after(stream)
+            e.record(stream)
+        events[n - 1][1].synchronize()
+        return [e.time_since(s) * 1000.0 for s, e in events[:n]]
+
+    drain_us = 0.0
+    if after:  # the drain alone, after the same flush: what to subtract
+        drain_us = float(np.median(timed(lambda _s: None, batch) + timed(lambda _s: None, batch)))
     samples: list[float] = []
     start = time.perf_counter()
     while True:
         n = min(batch, max_reps - len(samples))
-        for s, e in events[:n]:
-            flush(stream)
-            s.record(stream)
-            launch(stream)
-            e.record(stream)
-        events[n - 1][1].synchronize()
-        samples += [e.time_since(s) * 1000.0 for s, e in events[:n]]
+        samples += [max(t - drain_us, 0.0) for t in timed(launch, n)]
         if len(samples) >= max_reps:
             break
         if len(samples) >= min_reps:
             t = summarize(samples)
             if t.noise <= target_noise or time.perf_counter() - start > budget_s:
                 break
-    return summarize(samples)
+    result = summarize(samples)
+    result.drain_us = drain_us
+    return result
+
+
+def copy_time(nbytes: int, flush: L2Flush | None, stream, budget_s: float = 0.4) -> Timing:
+    """A device-to-device copy of nbytes/2 into nbytes/2 (nbytes moved), timed like a version."""
+    import pycuda.driver as drv
+    half = max(4, nbytes // 2)
+    src, dst = drv.mem_alloc(half), drv.mem_alloc(half)
+    try:
+        return measure(lambda s: drv.memcpy_dtod_async(dst, src, half, s), stream, flush, budget_s=budget_s)
+    finally:
+        src.free()
+        dst.free()
 
 
 COPY_KERNEL = r"""

@@ -63,8 +63,10 @@ def init_cuda() -> dict:
     major, minor = dev.compute_capability()
     a = drv.device_attribute
     try:  # the kernel module's version, as nvidia-smi shows it
-        driver_version = open("/proc/driver/nvidia/version").readline().split("Kernel Module")[1].split()[0]
-    except (OSError, IndexError):
+        import re
+        m = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", open("/proc/driver/nvidia/version").readline())
+        driver_version = m.group(1) if m else None
+    except OSError:
         driver_version = None
     return {"name": dev.name(), "compute_capability": f"{major}.{minor}", "driver_version": driver_version,
             "sms": dev.get_attribute(a.MULTIPROCESSOR_COUNT),
@@ -334,6 +336,16 @@ def _tol(family, arg):
             arg.rtol if arg.rtol is not None else family.rtol)
 
 
+def run_copy(req: dict, rep: Reporter) -> None:
+    """A plain copy of the family's byte count, timed exactly like a version."""
+    import pycuda.driver as drv
+    from .timing import L2Flush, copy_time
+    rep.phase("copy")
+    t = copy_time(int(req["bytes"]), L2Flush() if req.get("flush", True) else None, drv.Stream(),
+                  budget_s=req.get("budget", 0.4))
+    rep.result.update(status="passed", timing=t.to_json(), bytes=int(req["bytes"]))
+
+
 def run_probe(req: dict, rep: Reporter) -> None:
     from .timing import copy_ceiling
     rep.phase("ceiling")
@@ -341,7 +353,7 @@ def run_probe(req: dict, rep: Reporter) -> None:
     rep.result["status"] = "passed"
 
 
-JOBS = {"version": run_version, "torch": run_torch, "probe": run_probe}
+JOBS = {"version": run_version, "torch": run_torch, "copy": run_copy, "probe": run_probe}
 
 
 def main(argv: list[str]) -> int:
