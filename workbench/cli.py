@@ -12,9 +12,10 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from . import report
-from .errors import UnknownName, WorkbenchError
+from .errors import NoGPU, UnknownName, WorkbenchError
 from .family import Family, Project, Version
 from .isolate import DEFAULT_TIMEOUT
 
@@ -333,6 +334,193 @@ def device(ctx):
     with Session(_project(ctx), Options()) as session:
         meta = session.metadata()
     console.print(report.device_line(meta))
+
+
+# -- promote / promoted: the trainer's kernel set -----------------------------------------------
+@cli.command()
+@click.argument("family", required=False)
+@click.argument("version", required=False)
+@click.option("--block-size", type=int, help="Use this block size instead of timing every one.")
+@click.option("--best", "best", is_flag=True, help="Promote every family's fastest passing version from a bench result.")
+@click.argument("results", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--timeout", default=DEFAULT_TIMEOUT * 3, show_default=True, help="Seconds per version check.")
+@click.pass_context
+def promote(ctx, family, version, block_size, best, results, timeout):
+    """Re-check a version at the trainer's shapes and test sizes, then freeze it (with its best
+    block size) into train/kernels/ for `workbench train`.
+
+    \b
+    workbench promote layernorm_forward 6            time every block size, keep the best
+    workbench promote layernorm_forward 6 --block-size 256
+    workbench promote --best results.json            each family's winner from a bench
+    """
+    import json
+
+    from . import promote as pm
+    from .runner import Options, Session
+    project = _project(ctx)
+    if best:
+        path = results or family  # `promote --best results.json` parses the file as FAMILY
+        if not path:
+            raise WorkbenchError("promote --best needs the JSON written by `workbench bench --all --json FILE`")
+        try:
+            ranked = pm.ranked_from_results(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as e:
+            raise WorkbenchError(f"cannot read bench results {path}: {e}") from None
+        wanted = {f: v for f, v in ranked.items() if f in project.family_names()
+                  and pm.trainer_sizes(project.family(f))}
+        if not wanted:
+            raise WorkbenchError(f"{path} has no passing version of a family the trainer calls")
+    else:
+        if not (family and version):
+            raise WorkbenchError("give FAMILY VERSION, or --best RESULTS.json")
+        wanted = {family: [(int(version) if version.isdigit() else version, block_size)]}
+    failures = 0
+    with Session(project, Options(timeout=timeout, torch=False)) as session, err_console.status("starting") as status:
+        session.progress = lambda text: status.update(escape(text))
+        session.device()
+        for fam_name, candidates in wanted.items():
+            fam = project.family(fam_name)
+            last_error = None
+            for number, bs in candidates:
+                try:
+                    out = pm.promote(session, fam.version(number), bs if not best else bs)
+                except pm.PromoteError as e:
+                    last_error = e
+                    continue
+                e, prev = out["entry"], out["previous"]
+                was = f"was {prev['version']} at block {prev['block_size']}" if prev else "new"
+                console.print(f"[green]promoted[/] {fam_name} {e['version']} ({escape(e['title'])}) at block size "
+                              f"{e['block_size']}: {report.fmt_us(e['median_us'])} at {e['timed_at']} [dim]({was})[/]")
+                last_error = None
+                break
+            if last_error is not None:
+                failures += 1
+                err_console.print(f"[bold red]not promoted:[/] {escape(str(last_error))}")
+    if failures:
+        sys.exit(1)
+
+
+@cli.command()
+@click.pass_context
+def promoted(ctx):
+    """List the trainer's kernels and where each came from."""
+    from .promote import KERNELS_DIR, read_manifest
+    manifest = read_manifest()
+    if not manifest["kernels"]:
+        raise WorkbenchError(f"nothing promoted yet ({KERNELS_DIR / 'manifest.json'} is empty)")
+    table = Table(title=f"promoted kernels ({KERNELS_DIR.relative_to(Path.cwd()) if KERNELS_DIR.is_relative_to(Path.cwd()) else KERNELS_DIR})",
+                  title_justify="left")
+    for col in ("family", "v", "title", "block", "time", "GB/s", "timed at", "GPU", "date", "sha256"):
+        table.add_column(col, justify="right" if col in ("v", "block", "time", "GB/s") else "left")
+    for fam, e in sorted(manifest["kernels"].items()):
+        table.add_row(fam, str(e["version"]), Text(e["title"]), str(e["block_size"] or "-"), report.fmt_us(e["median_us"]),
+                      f"{e['gbps']:.0f}", e["timed_at"], e["gpu"], e["date"], e["sha256"][:12])
+    console.print(table)
+
+
+# -- train ----------------------------------------------------------------------------------------
+class TrainUI:
+    """What `workbench train` prints, with rich."""
+
+    def run_table(self, o, source, total, train_data, val_data):
+        t = Table(title="run", title_justify="left", box=None)
+        t.add_column("parameter", style="bold")
+        t.add_column("value")
+        for k, v in (("train tokens (-i)", f"{o.train_tokens} ({train_data.tokens.size:,} tokens)"),
+                     ("val tokens (-j)", f"{o.val_tokens}" + (f" ({val_data.tokens.size:,} tokens)" if val_data else " (off)")),
+                     ("log (-o)", o.log or "-"), ("batch size (-b)", o.batch), ("sequence length (-t)", o.seq),
+                     ("learning rate (-l)", o.lr), ("val every (-v)", o.val_every), ("val batches (-m)", o.val_batches),
+                     ("sample every (-s)", o.sample_every), ("generate (-g)", o.gen_tokens), ("init", source),
+                     ("steps", f"{total} ({train_data.per_epoch} per epoch)"), ("attention", o.attention),
+                     ("save", o.save or "-")):
+            t.add_row(k, str(v))
+        console.print(t)
+
+    def model_table(self, cfg):
+        t = Table(title="model", title_justify="left")
+        for col in ("max T", "V", "padded V", "L", "NH", "C", "parameters"):
+            t.add_column(col, justify="right")
+        t.add_row(str(cfg.max_seq_len), str(cfg.vocab_size), str(cfg.padded_vocab_size), str(cfg.num_layers),
+                  str(cfg.num_heads), str(cfg.channels), f"{cfg.num_parameters:,}")
+        console.print(t)
+
+    def device_table(self, tf32, peak):
+        import pycuda.driver as drv
+        dev = drv.Context.get_device()
+        console.print(f"[bold]device[/] {dev.name()}; TF32 {'on' if tf32 else 'off'}; "
+                      f"measured matmul peak {peak:.0f} TFLOP/s ({'TF32' if tf32 else 'FP32'}, cuBLASLt) for MFU")
+
+    def memory_table(self, memory):
+        t = Table(title="device memory", title_justify="left")
+        t.add_column("buffer")
+        t.add_column("MiB", justify="right")
+        for name, nbytes in sorted(memory.items(), key=lambda kv: -kv[1]):
+            if nbytes >= 1 << 20:
+                t.add_row(name, f"{nbytes / 2**20:,.1f}")
+        t.add_row("[bold]total[/]", f"[bold]{sum(memory.values()) / 2**20:,.1f}[/]")
+        console.print(t)
+
+    def step(self, r, total):
+        console.print(f"step {r.step:4d}/{total}: train loss {r.loss:.6f} ({r.ms:.1f} ms, {r.tokens_per_s:,.0f} tok/s, "
+                      f"MFU {r.mfu:.1f}%, host {r.host_us:.0f} µs outside the graph)")
+
+    def val(self, step, loss):
+        console.print(f"[cyan]val loss {loss:.6f}[/] at step {step}")
+
+    def sample(self, step, text):
+        console.print(Panel(escape(text), title=f"sample at step {step}", title_align="left"))
+
+    def note(self, text):
+        console.print(f"[yellow]{escape(text)}[/]")
+
+    def summary(self, s):
+        if "median_ms" in s:
+            console.print(f"[bold]average step[/] ({s['window']}, median): {s['median_ms']:.2f} ms, "
+                          f"{s['median_tokens_per_s']:,.0f} tok/s, MFU {s['median_mfu']:.1f}%, "
+                          f"host {s['median_host_us']:.0f} µs per step outside the graph")
+
+
+@cli.command()
+@click.option("-i", "--train-tokens", default="data/tiny_shakespeare_train.bin", show_default=True, help="Training token file.")
+@click.option("-j", "--val-tokens", default="data/tiny_shakespeare_val.bin", show_default=True, help="Validation token file.")
+@click.option("-o", "--log", help="Log file: step, train loss, val loss (llm.c format).")
+@click.option("-b", "--batch-size", "batch", default=4, show_default=True, help="Batch size B.")
+@click.option("-t", "--seq-len", "seq", default=1024, show_default=True, help="Sequence length T.")
+@click.option("-l", "--lr", default=3e-4, show_default=True, help="Learning rate.")
+@click.option("-v", "--val-every", default=20, show_default=True, help="Validation loss every N steps (0: never).")
+@click.option("-m", "--val-batches", default=20, show_default=True, help="Validation batches (capped by the file).")
+@click.option("-s", "--sample-every", default=20, show_default=True, help="Sample every N steps (0: never).")
+@click.option("-g", "--gen-tokens", default=64, show_default=True, help="Tokens to generate per sample.")
+@click.option("--init", default="d12", show_default=True, help="Checkpoint (v3 fp32 / v5 bf16) or fresh model: d12, d24, d36, d48, tiny.")
+@click.option("--steps", type=int, help="Optimizer steps (default: one epoch of the training file).")
+@click.option("--attention", type=click.Choice(["softmax", "relu"]), default="softmax", show_default=True)
+@click.option("--tf32/--no-tf32", default=True, show_default=True, help="TF32 tensor cores for the matmuls.")
+@click.option("--save", type=click.Path(dir_okay=False), help="Write a v3 checkpoint here at the end (and on Ctrl-C).")
+@click.option("--seed", default=0, show_default=True, help="Seed of a fresh init.")
+@click.option("--warmup", default=0, show_default=True, help="Linear learning-rate warm-up steps.")
+@click.option("--final-lr-frac", default=1.0, show_default=True, help="Cosine-decay the learning rate to this fraction (1: constant).")
+def train(**kw):
+    """Train GPT-2 (fp32) with the promoted kernels, one CUDA graph per step.
+
+    \b
+    workbench prepro tinyshakespeare      once: writes data/tiny_shakespeare_{train,val}.bin
+    workbench train                       GPT-2 124M from scratch, B=4, T=1024, one epoch
+    workbench train -b 8 --steps 50 --save out/model.bin
+    """
+    import importlib.util
+    from train.trainer import TrainOptions, train as run_training
+    if importlib.util.find_spec("pycuda") is None:
+        raise NoGPU("PyCUDA is not installed. On a machine with a CUDA GPU and toolkit: pip install -e '.[gpu]' "
+                    "(or use Modal: modal run modal_app.py --command \"train\")")
+    for name in ("train_tokens", "val_tokens"):
+        if not Path(kw[name]).exists():
+            raise WorkbenchError(f"{kw[name]} does not exist: run `workbench prepro tinyshakespeare` first, "
+                                 f"or pass {'-i' if name == 'train_tokens' else '-j'}")
+    opts = TrainOptions(**kw)
+    summary = run_training(opts, TrainUI())
+    if summary.get("stopped") and not summary["stopped"].startswith("interrupted"):
+        sys.exit(1)
 
 
 # -- prepro: the trainer's inputs in llm.c's file formats (no GPU needed) -------------------------

@@ -87,12 +87,16 @@ class Session:
     def seeds(self) -> list[int]:
         return [self.options.seed + i for i in range(max(1, self.options.seeds))]
 
-    def cases(self, family: Family, sizes: dict[str, int]) -> list[str]:
-        """Case folders: the timed sizes first (their first seed is the one timed), then the
-        family's test sizes; each at every seed."""
-        key = (family.name, tuple(sorted(sizes.items())), tuple(self.seeds()), self.options.test_sizes)
+    def cases(self, family: Family, sizes: dict[str, int], extra_sizes=()) -> list[str]:
+        """Case folders: the timed sizes first (their first seed is the one timed), then any extra
+        sizes (the trainer's, when promoting), then the family's test sizes; each at every seed."""
+        key = (family.name, tuple(sorted(sizes.items())), tuple(tuple(sorted(e.items())) for e in extra_sizes),
+               tuple(self.seeds()), self.options.test_sizes)
         if key not in self._cases:
-            size_sets = [sizes] + ([s for s in family.test_sizes if s != sizes] if self.options.test_sizes else [])
+            size_sets = [sizes]
+            for s in [*extra_sizes, *(family.test_sizes if self.options.test_sizes else [])]:
+                if s not in size_sets:
+                    size_sets.append(s)
             paths = []
             for i, sz in enumerate(size_sets):
                 for seed in self.seeds():
@@ -109,7 +113,7 @@ class Session:
                 shutil.rmtree(p, ignore_errors=True)
 
     # -- jobs ---------------------------------------------------------------------------------
-    def run_version(self, version: Version, sizes: dict[str, int] | None = None) -> dict:
+    def run_version(self, version: Version, sizes: dict[str, int] | None = None, extra_sizes=()) -> dict:
         family = version.family
         sizes = sizes or self.sizes_for(family)
         unmet = version.unmet(sizes)
@@ -122,7 +126,7 @@ class Session:
                 raise SizesError(f"{version.label} does not sweep block size(s) {bad}: "
                                  f"its header lists {list(version.block_sizes)}")
         device = self.device()
-        cases = self.cases(family, sizes)
+        cases = self.cases(family, sizes, extra_sizes)
         self.progress(f"{version.label}: compile, check, time")
         res = run_job({"job": "version", "root": str(self.project.root), "family": family.name,
                        "version": version.number, "cases": cases, "block_sizes": self.options.block_sizes,

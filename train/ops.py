@@ -1,0 +1,259 @@
+"""The trainer's ops: run a `Program`'s calls with the promoted kernels, or with the references.
+
+`PromotedSet` reads train/kernels/manifest.json and the frozen version files beside it (each
+checked against the hash `workbench promote` recorded). `GPUOps` allocates the program's
+buffers, compiles each promoted version once and builds one launch plan per call through
+workbench/launch.py, the same launch description the workbench checks and times: there is no
+second copy of launch logic. `ReferenceOps` runs the same calls with the families' NumPy
+references on host arrays, so the program's wiring is testable without a GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.errors import TrainError
+from workbench.family import Family, Project, Version, load_version
+
+from .model import Call, Program, Ref, Zero
+
+KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+MANIFEST = "manifest.json"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class PromotedSet:
+    """The trainer's kernel set: one frozen version (and block size) per family."""
+
+    def __init__(self, project: Project | None = None, directory: Path | None = None):
+        self.project = project or Project()
+        self.dir = Path(directory or KERNELS_DIR)
+        path = self.dir / MANIFEST
+        if not path.exists():
+            raise TrainError(f"{path} is missing: promote kernels first (workbench promote --best RESULTS.json)")
+        try:
+            self.manifest: dict[str, dict] = json.loads(path.read_text())["kernels"]
+        except (ValueError, KeyError) as e:
+            raise TrainError(f"{path} is not a promotion manifest ({e})") from None
+        self._versions: dict[str, Version] = {}
+
+    def entry(self, family: str) -> dict:
+        if family not in self.manifest:
+            raise TrainError(f"the trainer needs {family}, but no version of it is promoted "
+                             f"(workbench promote {family} VERSION)")
+        return self.manifest[family]
+
+    def version(self, family: str) -> Version:
+        if family not in self._versions:
+            e = self.entry(family)
+            path = self.dir / e["file"]
+            if not path.exists():
+                raise TrainError(f"{path} is missing (the manifest lists it for {family}); promote it again")
+            if sha256(path) != e["sha256"]:
+                raise TrainError(f"{path} was edited after it was promoted (its hash no longer matches "
+                                 f"{self.dir / MANIFEST}); promote {family} again instead of editing the frozen copy")
+            self._versions[family] = load_version(self.project.family(family), e["version"], path)
+        return self._versions[family]
+
+    def block_size(self, family: str) -> int | None:
+        return self.entry(family).get("block_size")
+
+
+def _family_sizes(family: Family, call: Call) -> dict[str, int]:
+    """The call's sizes restricted to the family's own, with any derived ones cross-checked."""
+    sizes = {k: v for k, v in call.sizes.items() if k in family.sizes}
+    family.check_sizes(sizes)
+    env = family.env(sizes)
+    for k, v in call.sizes.items():
+        if k not in family.sizes and (k not in family.derived or env[k] != v):
+            raise TrainError(f"{call.label}: {family.name} has no size {k}={v} (its sizes: {', '.join(family.sizes)})")
+    return sizes
+
+
+def _call_params(family: Family, call: Call) -> dict[str, Any]:
+    return {k: v for k, v in call.params.items() if k in family.params or k in family.derived}
+
+
+def check_wiring(family: Family, call: Call, sizes: dict[str, int], dtypes: dict[str, str]) -> None:
+    """Every contract argument is bound to a slice of exactly its size and dtype."""
+    for arg in family.args:
+        if arg.name not in call.args:
+            raise TrainError(f"{call.label}: {family.name} needs {arg.name!r}, the program binds "
+                             f"{', '.join(call.args)}")
+        ref = call.args[arg.name]
+        want = int(np.prod(family.shape(arg, sizes)))
+        if ref.elems != want or dtypes[ref.buffer] != arg.dtype:
+            raise TrainError(f"{call.label}: {family.name}.{arg.name} is {arg.dtype}[{want}], the program binds "
+                             f"{dtypes[ref.buffer]}[{ref.elems}] of {ref.buffer}")
+    extra = set(call.args) - {a.name for a in family.args}
+    if extra:
+        raise TrainError(f"{call.label}: {family.name} has no argument(s) {', '.join(sorted(extra))}")
+
+
+class ReferenceOps:
+    """The program on the host, in float64, through the families' NumPy references."""
+
+    def __init__(self, program: Program, project: Project | None = None):
+        from workbench.check import run_reference
+        self._run_reference = run_reference
+        self.program = program
+        self.project = project or Project()
+        self.host = {name: np.zeros(spec.elems, dtype=np.float64 if spec.dtype == "f32" else np.int64)
+                     for name, spec in program.buffers.items()}
+        self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
+
+    def view(self, ref: Ref) -> np.ndarray:
+        return self.host[ref.buffer][ref.offset:ref.offset + ref.elems]
+
+    def run(self, calls) -> None:
+        for call in calls:
+            if isinstance(call, Zero):
+                self.view(call.ref)[:] = 0
+                continue
+            family = self.project.family(call.family)
+            sizes = _family_sizes(family, call)
+            check_wiring(family, call, sizes, self.dtypes)
+            inputs = {a.name: self.view(call.args[a.name]).reshape(family.shape(a, sizes))
+                      for a in family.args if a.is_input}
+            env_params = _call_params(family, call)
+            fam = family if not env_params else _with_params(family, env_params)
+            outputs = self._run_reference(fam, sizes, inputs)
+            for name, value in outputs.items():
+                self.view(call.args[name])[:] = value.ravel()
+
+
+def _with_params(family: Family, params: dict[str, Any]) -> Family:
+    """The family with some params or derived names overridden (e.g. the classifier's dloss)."""
+    import copy
+    f = copy.copy(family)
+    f.params = {**family.params, **{k: v for k, v in params.items() if k in family.params}}
+    f.derived = {k: (repr(params[k]) if k in params else v) for k, v in family.derived.items()}
+    return f
+
+
+@dataclass
+class Step:
+    label: str
+    family: str | None
+    run: Any  # callable(stream)
+
+
+class GPUOps:
+    """The program's buffers on the device and a launch plan per call, from the promoted set."""
+
+    def __init__(self, program: Program, promoted: PromotedSet):
+        import pycuda.driver as drv
+        from workbench import compile as wb_compile
+        from workbench.launch import Buffer, build_plan, scratch_sizes
+
+        self.drv = drv
+        self.program = program
+        self.promoted = promoted
+        project = promoted.project
+        self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
+        self.allocs = {}
+        for name, spec in program.buffers.items():
+            self.allocs[name] = drv.mem_alloc(max(4, spec.elems * 4))
+            drv.memset_d32(self.allocs[name], 0, max(1, spec.elems))
+        self.modules: dict[str, tuple] = {}
+        # Scratch is shared by every call of a family: the calls run one after another on one stream.
+        scratch_need: dict[tuple[str, str], tuple[int, str]] = {}
+        prepared = []
+        for call in program.calls:
+            family = project.family(call.family)
+            version = promoted.version(call.family)
+            sizes = _family_sizes(family, call)
+            check_wiring(family, call, sizes, self.dtypes)
+            unmet = version.unmet(sizes)
+            if unmet:
+                raise TrainError(f"{call.label}: the promoted {version.label} requires {' and '.join(unmet)}, "
+                                 f"which {family.format_sizes(sizes)} violates; promote another version")
+            bs = promoted.block_size(call.family)
+            for name, (nbytes, dtype) in scratch_sizes(version, sizes, bs, _call_params(family, call)).items():
+                key = (call.family, name)
+                scratch_need[key] = (max(nbytes, scratch_need.get(key, (0, dtype))[0]), dtype)
+            prepared.append((call, family, version, sizes, bs))
+        self.scratch = {key: drv.mem_alloc(nbytes) for key, (nbytes, _) in scratch_need.items()}
+        self.scratch_bytes = sum(n for n, _ in scratch_need.values())
+        self.plans: dict[int, Step] = {}
+        for call, family, version, sizes, bs in prepared:
+            if call.family not in self.modules:
+                module, resources, _ = wb_compile.load_module(version.path)
+                self.modules[call.family] = (module, resources)
+            module, resources = self.modules[call.family]
+            buffers = {name: Buffer(int(self.allocs[ref.buffer]) + 4 * ref.offset, 4 * ref.elems,
+                                    family.arg(name).dtype) for name, ref in call.args.items()}
+            for (fam_name, sname), (nbytes, dtype) in scratch_need.items():
+                if fam_name == call.family:
+                    buffers[sname] = Buffer(int(self.scratch[(fam_name, sname)]), nbytes, dtype)
+            plan = build_plan(version, module, sizes, bs, buffers, _call_params(family, call), resources)
+            self.plans[id(call)] = Step(call.label, call.family, plan)
+
+    def ptr(self, ref: Ref) -> int:
+        return int(self.allocs[ref.buffer]) + 4 * ref.offset
+
+    def steps(self, calls) -> list[Step]:
+        out = []
+        for call in calls:
+            if isinstance(call, Zero):
+                ptr, n = self.ptr(call.ref), call.ref.elems
+                out.append(Step(call.label, None, lambda s, ptr=ptr, n=n: self.drv.memset_d32_async(ptr, 0, n, s)))
+            else:
+                out.append(self.plans[id(call)])
+        return out
+
+    def run(self, calls, stream) -> None:
+        for step in self.steps(calls):
+            step.run(stream)
+
+    def upload(self, name: str, host: np.ndarray, offset: int = 0) -> None:
+        self.drv.memcpy_htod(int(self.allocs[name]) + 4 * offset, np.ascontiguousarray(host))
+
+    def download(self, name: str, dtype=np.float32, elems: int | None = None, offset: int = 0) -> np.ndarray:
+        n = self.program.buffers[name].elems if elems is None else elems
+        out = np.empty(n, dtype=dtype)
+        self.drv.memcpy_dtoh(out, int(self.allocs[name]) + 4 * offset)
+        return out
+
+    def memory(self) -> dict[str, int]:
+        return {**self.program.memory(), "scratch (shared per family)": self.scratch_bytes}
+
+
+class Graph:
+    """A CUDA graph captured from work enqueued on a PyCUDA stream (through cuda-bindings)."""
+
+    def __init__(self, stream, enqueue):
+        from cuda.bindings import driver as cu
+        self.cu = cu
+        s = cu.CUstream(stream.handle)
+        _check(cu.cuStreamBeginCapture(s, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture")
+        try:
+            enqueue(stream)
+        finally:
+            err, graph = cu.cuStreamEndCapture(s)
+        _check((err,), "end capture")
+        err, self.exec = cu.cuGraphInstantiate(graph, 0)
+        _check((err,), "instantiate")
+        self.graph = graph
+        err, _, self.nodes = cu.cuGraphGetNodes(graph, 0)
+        _check((err,), "count nodes")
+
+    def launch(self, stream) -> None:
+        _check(self.cu.cuGraphLaunch(self.exec, self.cu.CUstream(stream.handle)), "launch")
+
+
+def _check(result, what: str) -> None:
+    from cuda.bindings import driver as cu
+    err = result[0]
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, name = cu.cuGetErrorString(err)
+        raise TrainError(f"CUDA graph {what} failed: {name.decode() if name else err}")
