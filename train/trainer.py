@@ -172,7 +172,6 @@ class Trainer:
         self.y = drv.pagelocked_empty(BT, np.int32)
         self.hp = drv.pagelocked_empty(6, np.float32)
         self.losses = drv.pagelocked_empty(BT, np.float32)
-        p = self.program
         self.steps_graph = None
         self.eval_graph = None
         self.forward_graph = None
@@ -206,8 +205,8 @@ class Trainer:
         self.stream.synchronize()
         return float(np.mean(self.losses, dtype=np.float64))
 
-    def step(self, batches: Batches, step: int, total: int) -> tuple[float, float, float]:
-        """One optimizer step. Returns (loss, wall ms, host us spent outside the graph)."""
+    def step(self, batches: Batches, step: int, total: int) -> tuple[float, float, float, float]:
+        """One optimizer step. Returns (loss, wall ms, host us spent outside the graph, lr)."""
         o = self.opts
         t0 = time.perf_counter()
         batches.next(self.x, self.y)
@@ -328,6 +327,8 @@ def train(opts: TrainOptions, ui) -> dict:
             last_finite = (step + 1, loss)
             if step == 0:
                 trainer.capture()  # after the first (uncaptured) step has warmed everything up
+                free, total_mem = trainer.drv.mem_get_info()
+                summary["gpu_memory_used"] = total_mem - free
             tps = opts.batch * opts.seq / (ms / 1e3)
             rec = StepRecord(step + 1, loss, ms, tps, 100 * fpt * tps / (peak * 1e12), host_us, lr)
             trainer.records.append(rec)

@@ -475,6 +475,8 @@ class TrainUI:
         console.print(f"[yellow]{escape(text)}[/]")
 
     def summary(self, s):
+        if "gpu_memory_used" in s:
+            console.print(f"[bold]GPU memory in use[/] after capture: {s['gpu_memory_used'] / 2**30:.2f} GiB")
         if "median_ms" in s:
             console.print(f"[bold]average step[/] ({s['window']}, median): {s['median_ms']:.2f} ms, "
                           f"{s['median_tokens_per_s']:,.0f} tok/s, MFU {s['median_mfu']:.1f}%, "

@@ -1,0 +1,137 @@
+"""The CUDA trainer against the same GPT-2 in PyTorch (TF32 off), on the GPU (marked gpu).
+
+Figures are printed (run with -s) so they can be quoted: max |error| of logits, loss and every
+parameter gradient, and the losses of 10 AdamW steps side by side.
+"""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+B, T = 4, 64
+LR = 1e-4
+
+
+@pytest.fixture(scope="module")
+def world():
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    from train.config import preset
+    from train.params import fresh_init
+    config = preset("d12")
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, config.vocab_size, (B, T)), rng.integers(0, config.vocab_size, (B, T)))
+               for _ in range(10)]
+    return {"drv": drv, "torch": torch, "config": config, "params": fresh_init(config, 0), "batches": batches,
+            "stream": drv.Stream()}
+
+
+def make_ops(world, params):
+    from train.model import Program
+    from train.ops import GPUOps, PromotedSet
+    program = Program(world["config"], B, T, tf32=False)
+    ops = GPUOps(program, PromotedSet())
+    ops.upload("params", params.astype(np.float32))
+    return program, ops
+
+
+def feed(ops, x, y, step):
+    ops.upload("tokens", x.astype(np.int32).ravel())
+    ops.upload("targets", y.astype(np.int32).ravel())
+    ops.upload("hp", np.array([LR, 0.9, 0.999, 1e-8, 0.0, step + 1], dtype=np.float32))
+
+
+def test_logits_loss_and_every_gradient_match_pytorch(world):
+    from references.gpt2_torch import GPT, forward_backward
+    config, stream = world["config"], world["stream"]
+    program, ops = make_ops(world, world["params"])
+    x, y = world["batches"][0]
+    feed(ops, x, y, 0)
+    ops.run(program.forward, stream)
+    stream.synchronize()
+    logits = ops.download("logits").reshape(B, T, config.padded_vocab_size)
+    ops.run(program.loss + program.backward, stream)
+    stream.synchronize()
+    loss = float(ops.download("losses").astype(np.float64).mean())
+    grads = ops.download("grads").astype(np.float64)
+
+    model = GPT.from_flat(config, world["params"], device="cuda")
+    t_logits, t_loss, t_grads = forward_backward(model, x, y)
+    errors = {"logits": float(np.abs(logits - t_logits).max()), "loss": abs(loss - t_loss),
+              "grads": float(np.abs(grads - t_grads).max())}
+    from train.params import layout
+    for name, t in layout(config).tensors.items():
+        errors[f"grad {name}"] = float(np.abs(grads[t.offset:t.end] - t_grads[t.offset:t.end]).max())
+    print("\nmax |ours - pytorch| (TF32 off):", {k: f"{v:.2e}" for k, v in errors.items()})
+    assert errors["loss"] < 1e-2 and errors["logits"] < 1e-2 and errors["grads"] < 1e-2, errors
+
+
+def test_ten_adamw_steps_give_the_same_losses(world):
+    from references.gpt2_torch import GPT
+    torch, config, stream = world["torch"], world["config"], world["stream"]
+    program, ops = make_ops(world, world["params"])
+    ours = []
+    for step, (x, y) in enumerate(world["batches"]):
+        feed(ops, x, y, step)
+        ops.run(program.forward + program.loss + program.backward + program.update, stream)
+        stream.synchronize()
+        ours.append(float(ops.download("losses").astype(np.float64).mean()))
+    model = GPT.from_flat(config, world["params"], device="cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    theirs = []
+    for x, y in world["batches"]:
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(torch.as_tensor(x, device="cuda"), torch.as_tensor(y, device="cuda"))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        theirs.append(float(loss.item()))
+    print("\nstep  ours        pytorch     |diff|")
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        print(f"{i + 1:4d}  {a:.6f}  {b:.6f}  {abs(a - b):.2e}")
+    assert max(abs(a - b) for a, b in zip(ours, theirs)) < 1e-2
+    assert ours[-1] < ours[0], "ten steps on a repeating batch set should lower the loss"
+
+
+def test_a_saved_and_reloaded_checkpoint_gives_the_identical_next_loss(world, tmp_path):
+    from train import formats
+    config, stream = world["config"], world["stream"]
+    program, ops = make_ops(world, world["params"])
+    for step in range(2):
+        feed(ops, *world["batches"][step], step)
+        ops.run(program.forward + program.loss + program.backward + program.update, stream)
+    stream.synchronize()
+    path = formats.write_checkpoint(tmp_path / "ckpt.bin", config, ops.download("params"))
+    feed(ops, *world["batches"][2], 2)
+    ops.run(program.forward + program.loss, stream)
+    stream.synchronize()
+    continued = ops.download("losses").copy()
+    loaded_config, loaded = formats.read_checkpoint(path)
+    assert loaded_config == config
+    program2, ops2 = make_ops(world, loaded)
+    feed(ops2, *world["batches"][2], 2)
+    ops2.run(program2.forward + program2.loss, stream)
+    stream.synchronize()
+    assert np.array_equal(ops2.download("losses"), continued)
+
+
+def test_the_step_graph_replays_the_same_step(world):
+    """A captured graph computes exactly what the eager launches compute."""
+    from train.ops import Graph
+    stream = world["stream"]
+    losses = []
+    for use_graph in (False, True):
+        program, ops = make_ops(world, world["params"])
+        feed(ops, *world["batches"][0], 0)
+        enqueue = lambda s: ops.run(program.forward + program.loss, s)
+        if use_graph:
+            Graph(stream, enqueue).launch(stream)
+        else:
+            enqueue(stream)
+        stream.synchronize()
+        losses.append(ops.download("losses"))
+    assert np.array_equal(losses[0], losses[1])
