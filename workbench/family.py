@@ -120,6 +120,7 @@ class Version:
     steps: tuple[Step, ...]
     atol: float | None = None
     rtol: float | None = None
+    derived: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -384,7 +385,8 @@ def load_version(family: Family, number: int, path: Path) -> Version:
     where = str(path)
     h = parse_header(path)
     _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
-                  "tolerance"}, where)
+                  "tolerance", "derived"}, where)
+    derived = {k: str(v) for k, v in _want(h, "derived", dict, where, {}).items()}
     scratch = []
     for name, spec in _want(h, "scratch", dict, where, {}).items():
         if isinstance(spec, dict):
@@ -418,7 +420,8 @@ def load_version(family: Family, number: int, path: Path) -> Version:
             step = Step("library", _want(s, "library", str, w), params=tuple(params.items()), when=when)
         steps.append(step)
     block_sizes = _want(h, "block_sizes", list, where, [])
-    uses_block = any("block_size" in str(x) for st in steps for x in (*st.grid, *st.block, st.shared, *st.args))
+    uses_block = any("block_size" in str(x) for st in steps for x in (*st.grid, *st.block, st.shared, *st.args)) \
+        or any("block_size" in str(x) for x in _want(h, "derived", dict, where, {}).values())
     if uses_block and not block_sizes:
         raise ContractError(f"{where}: the launch uses block_size, so the header must list block_sizes")
     if not all(isinstance(b, int) and 0 < b <= 1024 for b in block_sizes):
@@ -429,9 +432,9 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         changed=_want(h, "changed", str, where, "").strip(), why=_want(h, "why", str, where, "").strip(),
         preconditions=tuple(_want(h, "preconditions", list, where, [])),
         block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
-        atol=tol.get("atol"), rtol=tol.get("rtol"))
-    known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES
-    texts = [*v.preconditions, *(s.size for s in scratch)]
+        atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived)
+    known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES | set(derived)
+    texts = [*v.preconditions, *(s.size for s in scratch), *derived.values()]
     for st in steps:
         texts += [*st.grid, *st.block, st.shared, st.value] + ([st.when] if st.when else [])
         for a in st.args:

@@ -58,6 +58,8 @@ def launch_env(version: Version, sizes: Mapping[str, int], block_size: int | Non
     env = version.family.env(sizes, block_size)
     env.update(device_env())
     env.update(params or {})
+    for name, text in version.derived.items():  # the version's own names, e.g. a persistent grid
+        env[name] = expr.evaluate(text, env)
     return env
 
 

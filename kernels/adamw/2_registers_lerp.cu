@@ -15,8 +15,8 @@ block_sizes = [64, 128, 256, 512, 1024]
 
 [[launch]]
 kernel = "adamw2"
-# One wave of resident blocks on a 132-SM H100 (2048 threads per SM); fewer when N is small.
-grid = "min(cdiv(N, block_size), 132 * 2048 // block_size)"
+# One wave of resident blocks (SMS multiprocessors x 2048 threads); fewer when N is small.
+grid = "min(cdiv(N, block_size), SMS * 2048 // block_size)"
 block = "block_size"
 args = ["params", "grads", "m", "v", "hp", "norm2", "N", "max_norm"]
 */

@@ -16,8 +16,8 @@ memset = "norm2"
 
 [[launch]]
 kernel = "global_norm2"
-# One wave of resident blocks on a 132-SM H100 (2048 threads per SM); fewer when N is small.
-grid = "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"
+# One wave of resident blocks (SMS multiprocessors x 2048 threads); fewer when N is small.
+grid = "min(cdiv(N, 4 * block_size), SMS * 2048 // block_size)"
 block = "block_size"
 args = ["norm2", "grads", "N"]
 */

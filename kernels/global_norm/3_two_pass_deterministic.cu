@@ -10,12 +10,15 @@ most, against ~200 us of streaming, and it saves the memset that the atomic vers
 """
 block_sizes = [64, 128, 256, 512, 1024]
 
+[derived]
+blocks = "blocks"  # one wave of resident blocks, fewer when N is small
+
 [scratch]
-partial = "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"
+partial = "blocks"
 
 [[launch]]
 kernel = "global_norm3_partials"
-grid = "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"
+grid = "blocks"
 block = "block_size"
 args = ["partial", "grads", "N"]
 
@@ -23,7 +26,7 @@ args = ["partial", "grads", "N"]
 kernel = "global_norm3_finish"
 grid = "1"
 block = "block_size"
-args = ["norm2", "partial", "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"]
+args = ["norm2", "partial", "blocks"]
 */
 
 __device__ __forceinline__ float warp_sum(float v) {

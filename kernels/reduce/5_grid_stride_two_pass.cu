@@ -13,13 +13,16 @@ needed), at the price of a second launch.
 """
 block_sizes = [64, 128, 256, 512, 1024]
 
+[derived]
+blocks = "blocks"  # one wave of resident blocks, fewer when N is small
+
 [scratch]
-partial = "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"
+partial = "blocks"
 
 [[launch]]
 kernel = "reduce5_blocks"
-# One wave of resident blocks on a 132-SM H100 (2048 threads per SM); fewer when N is small.
-grid = "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"
+# One wave of resident blocks (SMS multiprocessors x 2048 threads); fewer when N is small.
+grid = "blocks"
 block = "block_size"
 args = ["partial", "inp", "N"]
 
@@ -27,7 +30,7 @@ args = ["partial", "inp", "N"]
 kernel = "reduce5_finish"
 grid = "1"
 block = "block_size"
-args = ["out", "partial", "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"]
+args = ["out", "partial", "blocks"]
 */
 
 __device__ __forceinline__ float warp_sum(float v) {

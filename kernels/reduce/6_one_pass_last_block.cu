@@ -14,12 +14,12 @@ Launches of this module must not run concurrently on two streams: they would sha
 block_sizes = [64, 128, 256, 512, 1024]
 
 [scratch]
-partial = "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"
+partial = "min(cdiv(N, 4 * block_size), SMS * 2048 // block_size)"
 
 [[launch]]
 kernel = "reduce6"
-# One wave of resident blocks on a 132-SM H100 (2048 threads per SM); fewer when N is small.
-grid = "min(cdiv(N, 4 * block_size), 132 * 2048 // block_size)"
+# One wave of resident blocks (SMS multiprocessors x 2048 threads); fewer when N is small.
+grid = "min(cdiv(N, 4 * block_size), SMS * 2048 // block_size)"
 block = "block_size"
 args = ["out", "partial", "inp", "N"]
 */
