@@ -11,7 +11,7 @@ most, against ~200 us of streaming, and it saves the memset that the atomic vers
 block_sizes = [64, 128, 256, 512, 1024]
 
 [derived]
-blocks = "blocks"  # one wave of resident blocks, fewer when N is small
+blocks = "min(cdiv(N, 4 * block_size), SMS * 2048 // block_size)"  # one wave of resident blocks, fewer when N is small
 
 [scratch]
 partial = "blocks"

@@ -14,7 +14,7 @@ needed), at the price of a second launch.
 block_sizes = [64, 128, 256, 512, 1024]
 
 [derived]
-blocks = "blocks"  # one wave of resident blocks, fewer when N is small
+blocks = "min(cdiv(N, 4 * block_size), SMS * 2048 // block_size)"  # one wave of resident blocks, fewer when N is small
 
 [scratch]
 partial = "blocks"
