@@ -274,6 +274,8 @@ def bench(ctx, families, all_, sizes, seed, seeds, timeout, budget, no_torch, no
             task = progress.add_task("probing the device", total=total)
             session.progress = lambda text: progress.update(task, description=escape(text))
             meta = session.metadata()
+            session.precompile([v for f in fams for v in f.versions])
+            session.prepare_cases(fams)
             for fam in fams:
                 def done(res):
                     progress.advance(task)

@@ -1,10 +1,12 @@
 """Compile: a version's .cu file to a loaded CUDA module, with its resource report.
 
-On the GPU, versions are compiled with PyCUDA's `SourceModule` (which caches the cubin, so a
-re-run is instant) at the device's own arch, `-O3 --use_fast_math` by default. The source is
-prefixed with a `#line` directive so nvcc's diagnostics name the version's own file and line.
-ptxas runs with `-v`; its report (registers, spills, stack, shared memory per kernel) is parsed
-and cached beside PyCUDA's cubin cache.
+On the GPU, versions are compiled the way PyCUDA's `SourceModule` does it, in its two halves:
+`pycuda.compiler.compile` (nvcc to a cubin, cached, so a re-run is instant) at the device's own
+arch, `-O3 --use_fast_math` by default, then `pycuda.driver.module_from_buffer`. Splitting them
+lets a bench compile every version ahead, in parallel and without a GPU context (`precompile`).
+The source is prefixed with a `#line` directive so nvcc's diagnostics name the version's own file
+and line. ptxas runs with `-v`; its report (registers, spills, stack, shared memory per kernel)
+is parsed and cached beside PyCUDA's cubin cache.
 
 Without a GPU, `compile_only` runs the `nvcc` on PATH on the same file with the same options for
 any arch (the CPU tests build every version for sm_80 and sm_90 this way).
@@ -156,27 +158,23 @@ def _report_cache(source: str, options: list[str], arch: str) -> Path:
     return CACHE_DIR / "ptxas" / f"{key}.json"
 
 
-def load_module(path: Path, source: str | None = None):
-    """Compile (cached) and load a version on the current context.
-
-    Returns (module, resources per kernel, compiler warnings). `source` overrides the file's text
-    (the trainer passes a frozen copy's text); diagnostics still name `path`.
-    """
+def compile_cubin(path: Path, arch: str, source: str | None = None):
+    """nvcc through PyCUDA's compiler (and its cache). Returns (cubin, resources, warnings).
+    `source` overrides the file's text (a frozen copy); diagnostics still name `path`."""
     try:
-        from pycuda.compiler import SourceModule
+        from pycuda.compiler import compile as pycuda_compile
         import pycuda.driver as drv
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise NoGPU(f"PyCUDA is not importable ({e}); install the gpu extra: pip install -e '.[gpu]'") from None
     path = Path(path).resolve()
     text = source if source is not None else source_for(path)
-    arch = device_arch()
     options = [*flags(), "-Xptxas", "-v"]
     cache = _report_cache(text, options, arch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            module = SourceModule(text, options=options, arch=arch, no_extern_c=True,
-                                  include_dirs=include_dirs(path))
+            cubin = pycuda_compile(text, options=options, arch=arch, no_extern_c=True,
+                                   include_dirs=include_dirs(path))
         except drv.CompileError as e:
             raise CompileError(f"{_display(path)} does not compile for {arch}:\n"
                                f"{_shorten(diagnostics(e.stderr or str(e)), path)}") from None
@@ -191,7 +189,31 @@ def load_module(path: Path, source: str | None = None):
     else:
         report = {"resources": {}, "warnings": ""}
     resources = {k: Resources(**v) for k, v in report["resources"].items()}
-    return module, resources, report["warnings"]
+    return cubin, resources, report["warnings"]
+
+
+def load_module(path: Path, source: str | None = None):
+    """Compile (cached) and load a version on the current context: (module, resources, warnings)."""
+    import pycuda.driver as drv
+    cubin, resources, warnings_text = compile_cubin(path, device_arch(), source)
+    return drv.module_from_buffer(cubin), resources, warnings_text
+
+
+def _precompile_one(args) -> str | None:
+    path, arch = args
+    try:
+        compile_cubin(Path(path), arch)
+        return None
+    except Exception as e:  # reported again, properly, when the version runs
+        return f"{path}: {e}"
+
+
+def precompile(paths: list[Path], arch: str, workers: int | None = None) -> list[str]:
+    """Fill the compile cache for many versions at once, in parallel (no GPU context needed)."""
+    from concurrent.futures import ProcessPoolExecutor
+    workers = workers or min(16, os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return [e for e in pool.map(_precompile_one, [(str(p), arch) for p in paths]) if e]
 
 
 def kernel_resources(resources: dict[str, Resources], name: str) -> Resources | None:

@@ -87,25 +87,49 @@ class Session:
     def seeds(self) -> list[int]:
         return [self.options.seed + i for i in range(max(1, self.options.seeds))]
 
-    def cases(self, family: Family, sizes: dict[str, int], extra_sizes=()) -> list[str]:
-        """Case folders: the timed sizes first (their first seed is the one timed), then any extra
-        sizes (the trainer's, when promoting), then the family's test sizes; each at every seed."""
+    def _case_plan(self, family: Family, sizes: dict[str, int], extra_sizes=()):
+        """(key, [(sizes, seed), ...]): the timed sizes first (their first seed is the one timed;
+        two seeds, since they are the large ones), then any extra sizes (the trainer's, when
+        promoting) and the family's test sizes, each at every seed."""
         key = (family.name, tuple(sorted(sizes.items())), tuple(tuple(sorted(e.items())) for e in extra_sizes),
                tuple(self.seeds()), self.options.test_sizes)
+        plan = [(sizes, seed) for seed in self.seeds()[:2]]
+        others: list[dict] = []
+        for s in [*extra_sizes, *(family.test_sizes if self.options.test_sizes else [])]:
+            if s != sizes and s not in others:
+                others.append(s)
+        plan += [(s, seed) for s in others for seed in self.seeds()]
+        return key, plan
+
+    def cases(self, family: Family, sizes: dict[str, int], extra_sizes=()) -> list[str]:
+        key, plan = self._case_plan(family, sizes, extra_sizes)
         if key not in self._cases:
-            size_sets = [sizes]
-            for s in [*extra_sizes, *(family.test_sizes if self.options.test_sizes else [])]:
-                if s not in size_sets:
-                    size_sets.append(s)
-            paths = []
-            for i, sz in enumerate(size_sets):
-                for seed in self.seeds():
-                    self.progress(f"{family.name}: reference at {family.format_sizes(sz)} seed {seed}")
-                    folder = self._tmp / f"{family.name}-{len(self._cases)}-{i}-{seed}"
-                    save_case(make_case(family, sz, seed), folder)
-                    paths.append(str(folder))
-            self._cases[key] = paths
+            self.progress(f"{family.name}: computing the reference at {len(plan)} size sets x seeds")
+            folder = self._tmp / f"{family.name}-{len(self._cases)}"
+            self._cases[key] = _build_cases(str(self.project.root), family.name, plan, str(folder))
         return self._cases[key]
+
+    def prepare_cases(self, families: list[Family]) -> None:
+        """Compute many families' reference cases at once, one process per family."""
+        from concurrent.futures import ProcessPoolExecutor
+        jobs = {}
+        for i, family in enumerate(families):
+            key, plan = self._case_plan(family, self.sizes_for(family))
+            if key not in self._cases:
+                jobs[key] = (str(self.project.root), family.name, plan, str(self._tmp / f"{family.name}-p{i}"))
+        if not jobs:
+            return
+        self.progress(f"computing references for {len(jobs)} families in parallel")
+        with ProcessPoolExecutor(max_workers=min(len(jobs), 8)) as pool:
+            for key, paths in zip(jobs, pool.map(_build_cases_args, jobs.values())):
+                self._cases[key] = paths
+
+    def precompile(self, versions: list[Version]) -> None:
+        """Compile every version ahead, in parallel, for the device's arch (fills the cache)."""
+        from .compile import precompile
+        cc = self.device()["device"]["compute_capability"].replace(".", "")
+        self.progress(f"compiling {len(versions)} versions in parallel for sm_{cc}")
+        precompile([v.path for v in versions], f"sm_{cc}")
 
     def drop_cases(self, family: Family) -> None:
         for key in [k for k in self._cases if k[0] == family.name]:
@@ -187,6 +211,21 @@ class Session:
         dev = self.device()
         return {**dev, "date": datetime.datetime.now().isoformat(timespec="seconds"),
                 "commit": git_commit(), "options": asdict(self.options)}
+
+
+def _build_cases(root: str, family_name: str, plan, folder: str) -> list[str]:
+    """Draw inputs and run the reference for each (sizes, seed); save them for the workers."""
+    family = Project(root).family(family_name)
+    paths = []
+    for i, (sizes, seed) in enumerate(plan):
+        path = f"{folder}/{i}"
+        save_case(make_case(family, sizes, seed), path)
+        paths.append(path)
+    return paths
+
+
+def _build_cases_args(args) -> list[str]:
+    return _build_cases(*args)
 
 
 def _bandwidth(family: Family, sizes: dict[str, int], median_us: float, ceiling_gbps: float) -> dict:
