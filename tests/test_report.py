@@ -72,3 +72,10 @@ def test_json_is_written_atomically(tmp_path):
     report.write_json(path, report.bench_payload({"device": {}}, [{"family": "x"}]))
     assert json.loads(path.read_text())["families"] == [{"family": "x"}]
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_the_l2_flag_needs_a_working_set_that_could_fit_in_l2():
+    l2 = 50 * 2**20
+    assert report.l2_suspect(95.0, 50e6, l2)          # a 50 MB layernorm above 93%: suspect
+    assert not report.l2_suspect(99.0, 3.5e9, l2)     # AdamW's 3.5 GB cannot hide in L2
+    assert not report.l2_suspect(90.0, 50e6, l2)

@@ -269,9 +269,9 @@ class DeviceComparer:
 
     def __init__(self):
         import pycuda.driver as drv
-        from pycuda.compiler import SourceModule
+        from .compile import harness_module
         self.drv = drv
-        module = SourceModule(COMPARE_KERNEL, no_extern_c=True)
+        module = harness_module(COMPARE_KERNEL)
         self.kernels = {"f32": module.get_function("compare_f32"), "i32": module.get_function("compare_i32")}
         for k in self.kernels.values():
             k.prepare("PPqddPPP")

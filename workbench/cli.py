@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -235,8 +236,8 @@ def run(ctx, family, version, block_sizes, sizes, seed, seeds, timeout, budget, 
         session.progress = lambda text: status.update(escape(text))
         meta = session.metadata()
         res = session.run_version(v)
-        torch = session.run_torch(fam) if res.get("status") == "passed" else None
-        copy = session.run_copy(fam) if res.get("status") == "passed" else None
+        base = session.run_baselines(fam) if res.get("status") == "passed" else {}
+        torch, copy = base.get("torch"), base.get("copy")
     console.print(report.run_report(res, meta, torch, copy))
     if json_path:
         report.write_json(json_path, report.bench_payload(meta, [{"family": fam.name, "versions": [res],
@@ -266,6 +267,7 @@ def bench(ctx, families, all_, sizes, seed, seeds, timeout, budget, no_torch, no
     for fam in fams:
         fam.parse_sizes(sizes)
     opts = _options(sizes, (), seed, seeds, timeout, budget, not no_torch, not no_flush, not no_test_sizes)
+    started = time.perf_counter()
     results = []
     failures = 0
     with Session(project, opts) as session:
@@ -274,8 +276,11 @@ def bench(ctx, families, all_, sizes, seed, seeds, timeout, budget, no_torch, no
             task = progress.add_task("probing the device", total=total)
             session.progress = lambda text: progress.update(task, description=escape(text))
             meta = session.metadata()
+            t0 = time.perf_counter()
             session.precompile([v for f in fams for v in f.versions])
+            t1 = time.perf_counter()
             session.prepare_cases(fams)
+            meta["seconds"] = {"precompile": round(t1 - t0, 1), "references": round(time.perf_counter() - t1, 1)}
             for fam in fams:
                 def done(res):
                     progress.advance(task)
@@ -287,10 +292,13 @@ def bench(ctx, families, all_, sizes, seed, seeds, timeout, budget, no_torch, no
                 failures += sum(v.get("status") not in ("passed", "refused") for v in fam_result["versions"])
                 if json_path:  # written after each family: nothing lost if a later one crashes us
                     report.write_json(json_path, report.bench_payload(meta, results))
-                progress.console.print(report.bench_table(fam_result))
-                if any((v.get("best") or {}).get("pct_ceiling", 0) > report.L2_SUSPECT_PCT for v in fam_result["versions"]):
-                    progress.console.print(f"[yellow]* {report.L2_WARNING}[/]")
+                progress.console.print(report.bench_table(fam_result, meta["device"].get("l2_bytes")))
+    meta["seconds"]["total"] = round(time.perf_counter() - started, 1)
+    if json_path:
+        report.write_json(json_path, report.bench_payload(meta, results))
     console.print(f"[dim]{report.device_line(meta)}[/]")
+    console.print(f"[dim]bench took {meta['seconds']['total']:.0f} s (compile {meta['seconds']['precompile']:.0f} s, "
+                  f"references {meta['seconds']['references']:.0f} s)[/]")
     if json_path:
         console.print(f"results written to {json_path}")
     if failures:

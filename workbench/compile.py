@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import CompileError, NoGPU
@@ -153,50 +154,89 @@ def device_arch() -> str:
     return f"sm_{major}{minor}"
 
 
-def _report_cache(source: str, options: list[str], arch: str) -> Path:
-    key = hashlib.sha256("\0".join([source, arch, *options]).encode()).hexdigest()[:32]
-    return CACHE_DIR / "ptxas" / f"{key}.json"
+@lru_cache(maxsize=None)
+def _nvcc_identity() -> str:
+    """Which nvcc compiled a cached cubin: its path, size and mtime (no subprocess)."""
+    nvcc = shutil.which("nvcc") or "nvcc"
+    try:
+        st = os.stat(nvcc)
+        return f"{nvcc}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return nvcc
 
 
-def compile_cubin(path: Path, arch: str, source: str | None = None):
-    """nvcc through PyCUDA's compiler (and its cache). Returns (cubin, resources, warnings).
-    `source` overrides the file's text (a frozen copy); diagnostics still name `path`."""
+def _local_includes(text: str, dirs: list[str], seen: set[str] | None = None) -> str:
+    """The contents of every local header `text` includes (recursively): part of the cache key,
+    so editing kernels/common/*.cuh recompiles what uses it."""
+    seen = set() if seen is None else seen
+    out = []
+    for name in INCLUDE.findall(text):
+        for d in dirs:
+            cand = Path(d) / name
+            if cand.exists() and str(cand) not in seen:
+                seen.add(str(cand))
+                body = cand.read_text()
+                out.append(body + _local_includes(body, dirs, seen))
+                break
+    return "\0".join(out)
+
+
+def _cache_key(text: str, options: list[str], arch: str, dirs: list[str]) -> Path:
+    key = hashlib.sha256("\0".join([text, _local_includes(text, dirs), arch, _nvcc_identity(), *options])
+                         .encode()).hexdigest()[:40]
+    return CACHE_DIR / "cubin" / key
+
+
+def compile_cubin(path: Path | None, arch: str, source: str | None = None):
+    """nvcc through PyCUDA's compiler, behind a cache keyed on the text, its local headers, the
+    options, the arch and the nvcc binary (so a cached load runs no subprocess at all).
+    Returns (cubin, resources, warnings). `source` overrides the file's text (a frozen copy, or a
+    harness kernel with no file); diagnostics still name `path`."""
     try:
         from pycuda.compiler import compile as pycuda_compile
         import pycuda.driver as drv
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise NoGPU(f"PyCUDA is not importable ({e}); install the gpu extra: pip install -e '.[gpu]'") from None
-    path = Path(path).resolve()
+    path = Path(path).resolve() if path is not None else None
     text = source if source is not None else source_for(path)
+    dirs = include_dirs(path) if path is not None else []
     options = [*flags(), "-Xptxas", "-v"]
-    cache = _report_cache(text, options, arch)
+    key = _cache_key(text, options, arch, dirs)
+    cubin_file, report_file = key.with_suffix(".cubin"), key.with_suffix(".json")
+    if cubin_file.exists() and report_file.exists():
+        report = json.loads(report_file.read_text())
+        return cubin_file.read_bytes(), {k: Resources(**v) for k, v in report["resources"].items()}, report["warnings"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            cubin = pycuda_compile(text, options=options, arch=arch, no_extern_c=True,
-                                   include_dirs=include_dirs(path))
+            cubin = pycuda_compile(text, options=options, arch=arch, no_extern_c=True, include_dirs=dirs,
+                                   cache_dir=False)
         except drv.CompileError as e:
-            raise CompileError(f"{_display(path)} does not compile for {arch}:\n"
-                               f"{_shorten(diagnostics(e.stderr or str(e)), path)}") from None
+            where = _display(path) if path is not None else "a harness kernel"
+            text_err = diagnostics(e.stderr or str(e))
+            raise CompileError(f"{where} does not compile for {arch}:\n"
+                               f"{_shorten(text_err, path) if path is not None else text_err}") from None
     said = "\n".join(str(w.message) for w in caught if "CUDA compiler" in str(w.message))
-    if said:  # a fresh compile: ptxas spoke; remember its report for cached re-runs
-        report = {"resources": {k: asdict(v) for k, v in parse_ptxas(said).items()},
-                  "warnings": _shorten(diagnostics(said), path)}
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(report))
-    elif cache.exists():
-        report = json.loads(cache.read_text())
-    else:
-        report = {"resources": {}, "warnings": ""}
-    resources = {k: Resources(**v) for k, v in report["resources"].items()}
-    return cubin, resources, report["warnings"]
+    report = {"resources": {k: asdict(v) for k, v in parse_ptxas(said).items()},
+              "warnings": _shorten(diagnostics(said), path) if path is not None else diagnostics(said)}
+    key.parent.mkdir(parents=True, exist_ok=True)
+    for target, data in ((cubin_file, cubin), (report_file, json.dumps(report).encode())):
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)  # atomic: parallel precompiles may race on the same key
+    return cubin, {k: Resources(**v) for k, v in report["resources"].items()}, report["warnings"]
 
 
-def load_module(path: Path, source: str | None = None):
-    """Compile (cached) and load a version on the current context: (module, resources, warnings)."""
+def load_module(path: Path | None, source: str | None = None):
+    """Compile (cached) and load on the current context: (module, resources, warnings)."""
     import pycuda.driver as drv
     cubin, resources, warnings_text = compile_cubin(path, device_arch(), source)
     return drv.module_from_buffer(cubin), resources, warnings_text
+
+
+def harness_module(source: str):
+    """A workbench-internal kernel (flush, compare, copy, busy-wait), through the same cache."""
+    return load_module(None, source)[0]
 
 
 def _precompile_one(args) -> str | None:

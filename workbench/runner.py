@@ -162,38 +162,48 @@ class Session:
         res.setdefault("title", version.title)
         return derive(res, family, sizes, device["ceiling"]["gbps"])
 
-    def run_torch(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
-        if not (self.options.torch and self.options.time and family.torch):
-            return None
-        if importlib.util.find_spec("torch") is None:
-            return {"status": "unavailable", "reason": "torch is not installed"}
+    def run_baselines(self, family: Family, sizes: dict[str, int] | None = None) -> dict:
+        """In one child process: the family's PyTorch equivalent, timed and checked like a version,
+        and a plain copy of its bytes timed the same way (the practical ceiling at this size;
+        skipped for compute-bound families, where it says nothing)."""
         sizes = sizes or self.sizes_for(family)
+        want_torch = self.options.torch and self.options.time and family.torch
+        want_copy = self.options.time and not family.flops
+        out: dict = {"torch": None, "copy": None}
+        if want_torch and importlib.util.find_spec("torch") is None:
+            out["torch"] = {"status": "unavailable", "reason": "torch is not installed"}
+            want_torch = False
+        if not (want_torch or want_copy):
+            return out
         device = self.device()
-        self.progress(f"{family.name}: PyTorch baseline")
-        res = run_job({"job": "torch", "root": str(self.project.root), "family": family.name,
-                       "cases": self.cases(family, sizes)[:1], "budget": self.options.budget},
-                      self.options.timeout)
-        if res.get("status") == "passed":
-            t = res["timing"]
-            res.update(_bandwidth(family, sizes, t["median_us"], device["ceiling"]["gbps"]))
-        return res
+        self.progress(f"{family.name}: baselines (" + " and ".join(
+            x for x, w in (("PyTorch", want_torch), ("a copy of the same bytes", want_copy)) if w) + ")")
+        req = {"job": "baselines", "root": str(self.project.root), "family": family.name,
+               "budget": self.options.budget, "flush": self.options.flush, "torch": bool(want_torch),
+               "copy_bytes": family.bytes_moved(sizes) if want_copy else 0}
+        if want_torch:
+            req["cases"] = self.cases(family, sizes)[:1]
+        res = run_job(req, self.options.timeout)
+        ceiling = device["ceiling"]["gbps"]
+        for key, wanted in (("torch", want_torch), ("copy", want_copy)):
+            if not wanted:
+                continue
+            part = res.get(key) or {"status": res.get("status", "crashed"), "reason": res.get("reason", "no result")}
+            if part.get("status") == "passed":
+                part.update(_bandwidth(family, sizes, part["timing"]["median_us"], ceiling))
+            out[key] = part
+        return out
+
+    def run_torch(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
+        return self.run_baselines(family, sizes)["torch"]
 
     def run_copy(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
-        """A plain copy of the family's bytes, timed the same way: the ceiling at this size."""
-        if not self.options.time or family.flops:  # compute-bound families: a copy says nothing
-            return None
-        sizes = sizes or self.sizes_for(family)
-        device = self.device()
-        nbytes = family.bytes_moved(sizes)
-        self.progress(f"{family.name}: a copy of the same {nbytes / 1e6:.1f} MB")
-        res = run_job({"job": "copy", "root": str(self.project.root), "bytes": nbytes,
-                       "budget": self.options.budget, "flush": self.options.flush}, self.options.timeout)
-        if res.get("status") == "passed":
-            res.update(_bandwidth(family, sizes, res["timing"]["median_us"], device["ceiling"]["gbps"]))
-        return res
+        return self.run_baselines(family, sizes)["copy"]
 
     def bench_family(self, family: Family, versions: list[Version] | None = None,
                      on_version: Callable[[dict], None] | None = None) -> dict:
+        import time
+        started = time.perf_counter()
         sizes = self.sizes_for(family)
         out = {"family": family.name, "title": family.title, "sizes": sizes,
                "bytes": family.bytes_moved(sizes), "flops": family.flops_done(sizes), "versions": []}
@@ -202,9 +212,9 @@ class Session:
             out["versions"].append(res)
             if on_version:
                 on_version(res)
-        out["torch"] = self.run_torch(family, sizes)
-        out["copy"] = self.run_copy(family, sizes)
+        out.update(self.run_baselines(family, sizes))
         speedups(out)
+        out["seconds"] = round(time.perf_counter() - started, 2)
         return out
 
     def metadata(self) -> dict:

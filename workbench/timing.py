@@ -77,13 +77,13 @@ class L2Flush:
 
     def __init__(self):
         import pycuda.driver as drv
-        from pycuda.compiler import SourceModule
+        from .compile import harness_module
         dev = drv.Context.get_device()
         l2 = dev.get_attribute(drv.device_attribute.L2_CACHE_SIZE)
         self.words = (max(2 * l2, 1 << 20) // 16) * 4
         self.buf = drv.mem_alloc(self.words * 4)
         self.sink = drv.mem_alloc(4)
-        self.read = SourceModule(READ_KERNEL, no_extern_c=True).get_function("read_all")
+        self.read = harness_module(READ_KERNEL).get_function("read_all")
         self.read.prepare("PqP")
         self.grid = (dev.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT) * 4, 1, 1)
         self._drv = drv
@@ -113,8 +113,8 @@ class Busy:
     in both modes and only the cache state differs."""
 
     def __init__(self, ns: int = 40_000):
-        from pycuda.compiler import SourceModule
-        self.fn = SourceModule(BUSY_KERNEL, no_extern_c=True).get_function("busy_wait")
+        from .compile import harness_module
+        self.fn = harness_module(BUSY_KERNEL).get_function("busy_wait")
         self.fn.prepare("Q")
         self.ns = np.uint64(ns)
 
@@ -199,7 +199,7 @@ def device_key() -> dict:
 def copy_ceiling(refresh: bool = False) -> dict:
     """Measured copy bandwidth in GB/s (read + write), cached per device."""
     import pycuda.driver as drv
-    from pycuda.compiler import SourceModule
+    from .compile import harness_module
     key = device_key()
     cache = CACHE_DIR / "ceiling.json"
     known = json.loads(cache.read_text()) if cache.exists() else {}
@@ -209,7 +209,7 @@ def copy_ceiling(refresh: bool = False) -> dict:
     stream = drv.Stream()
     src, dst = drv.mem_alloc(COPY_BYTES), drv.mem_alloc(COPY_BYTES)
     drv.memset_d32(src, 0x3F800000, COPY_BYTES // 4)
-    fn = SourceModule(COPY_KERNEL, no_extern_c=True).get_function("copy_float4")
+    fn = harness_module(COPY_KERNEL).get_function("copy_float4")
     fn.prepare("PPq")
     n4 = COPY_BYTES // 16
     sms = drv.Context.get_device().get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)

@@ -353,7 +353,35 @@ def run_probe(req: dict, rep: Reporter) -> None:
     rep.result["status"] = "passed"
 
 
-JOBS = {"version": run_version, "torch": run_torch, "copy": run_copy, "probe": run_probe}
+class _Sub:
+    """A Reporter stand-in that collects one part of a combined job into its own dict."""
+
+    def __init__(self, parent: Reporter, key: str):
+        self.parent, self.result = parent, {"status": "started"}
+        parent.result[key] = self.result
+
+    def phase(self, text: str) -> None:
+        self.parent.phase(text)
+
+
+def run_baselines(req: dict, rep: Reporter) -> None:
+    """The family's baselines in one process: a copy of its bytes, and its PyTorch equivalent."""
+    import pycuda.driver as drv
+    if req.get("copy_bytes"):
+        run_copy({**req, "bytes": req["copy_bytes"]}, _Sub(rep, "copy"))
+    if req.get("torch"):
+        sub = _Sub(rep, "torch")
+        try:
+            run_torch(req, sub)
+        except drv.Error:
+            raise
+        except Exception as e:  # a torch expression that fails is that baseline's result, not the job's
+            sub.result.update(status="error", reason=f"{type(e).__name__}: {e}")
+    rep.result["status"] = "passed"
+
+
+JOBS = {"version": run_version, "torch": run_torch, "copy": run_copy, "baselines": run_baselines,
+        "probe": run_probe}
 
 
 def main(argv: list[str]) -> int:
