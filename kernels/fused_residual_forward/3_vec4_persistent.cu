@@ -8,7 +8,7 @@ many bytes in flight, a quarter of the load instructions), adds them in register
 residual straight from there, and computes the mean and the exact two-pass variance from the
 same registers: inp1 and inp2 cross the memory bus once, residual and normed once each, the
 minimum. weight and bias are needed by every row: the block stages them in shared memory once,
-and because the grid is sized to the machine (132 SMs x 1024 threads) rather than to N, each
+and because the grid is sized to the machine (SMS multiprocessors x 1024 threads) rather than to N, each
 block reuses them for several rows, looping with a stride of the whole grid's warps. The
 register array has a compile-time size: two instantiations (rows up to 1024 and up to 2048
 floats), picked by the launch; the wider one needs about twice the registers, so its grid is
@@ -23,7 +23,7 @@ block_sizes = [64, 128, 256]
 [[launch]]
 kernel = "fused_residual_forward3_c1024"
 when = "C <= 1024"
-grid = "min(cdiv(N, block_size // 32), 132 * cdiv(1024, block_size))"
+grid = "min(cdiv(N, block_size // 32), SMS * cdiv(1024, block_size))"
 block = "block_size"
 shared = "8 * C"
 args = ["residual", "normed", "mean", "rstd", "inp1", "inp2", "weight", "bias", "N", "C", "eps"]
@@ -31,7 +31,7 @@ args = ["residual", "normed", "mean", "rstd", "inp1", "inp2", "weight", "bias", 
 [[launch]]
 kernel = "fused_residual_forward3_c2048"
 when = "C > 1024"
-grid = "min(cdiv(N, block_size // 32), 132 * cdiv(512, block_size))"
+grid = "min(cdiv(N, block_size // 32), SMS * cdiv(512, block_size))"
 block = "block_size"
 shared = "8 * C"
 args = ["residual", "normed", "mean", "rstd", "inp1", "inp2", "weight", "bias", "N", "C", "eps"]

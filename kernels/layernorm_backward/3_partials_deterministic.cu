@@ -4,7 +4,7 @@ changed = "A fixed grid (512 threads per SM of an H100) loops over the rows; eac
 why = """
 Version 2 still issues 2*C global atomics per block of rows, and the order of its additions
 depends on scheduling, so two runs can differ in the last bits. Here nothing is atomic:
-* the grid is sized to the machine (132 SMs x 512 threads), not to N, and each warp walks rows
+* the grid is sized to the machine (SMS multiprocessors x 512 threads), not to N, and each warp walks rows
   gridDim.x * warps apart, so there are few blocks and few partials whatever N is;
 * each warp owns a private slice of shared memory for its running dweight/dbias, and each lane
   owns distinct columns of it: no two threads ever add to the same word, and each word's
@@ -21,12 +21,15 @@ the traffic at the classic size.
 preconditions = ["C <= 2048"]
 block_sizes = [64, 128, 256]
 
+[derived]
+groups = "min(cdiv(N, block_size // 32), SMS * cdiv(512, block_size))"  # blocks of the first kernel: one wave at most
+
 [scratch]
-partial = "2 * C * min(cdiv(N, block_size // 32), 132 * cdiv(512, block_size))"
+partial = "2 * C * groups"
 
 [[launch]]
 kernel = "layernorm_backward3"
-grid = "min(cdiv(N, block_size // 32), 132 * cdiv(512, block_size))"
+grid = "groups"
 block = "block_size"
 shared = "block_size * C // 4"
 args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
@@ -35,7 +38,7 @@ args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
 kernel = "layernorm_backward_reduce"
 grid = "cdiv(C, 32)"
 block = [32, 32]
-args = ["dweight", "dbias", "partial", "min(cdiv(N, block_size // 32), 132 * cdiv(512, block_size))", "C"]
+args = ["dweight", "dbias", "partial", "groups", "C"]
 */
 
 __device__ __forceinline__ float warp_sum(float v) {

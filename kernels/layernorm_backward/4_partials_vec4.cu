@@ -15,12 +15,15 @@ writes with streaming hints, since those bytes are done with.
 preconditions = ["C % 4 == 0", "C <= 2048"]
 block_sizes = [64, 128, 256]
 
+[derived]
+groups = "min(cdiv(N, block_size // 32), SMS * cdiv(512, block_size))"  # blocks of the first kernel: one wave at most
+
 [scratch]
-partial = "2 * C * min(cdiv(N, block_size // 32), 132 * cdiv(512, block_size))"
+partial = "2 * C * groups"
 
 [[launch]]
 kernel = "layernorm_backward4"
-grid = "min(cdiv(N, block_size // 32), 132 * cdiv(512, block_size))"
+grid = "groups"
 block = "block_size"
 shared = "block_size * C // 4"
 args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
@@ -29,7 +32,7 @@ args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
 kernel = "layernorm_backward_reduce"
 grid = "cdiv(C, 32)"
 block = [32, 32]
-args = ["dweight", "dbias", "partial", "min(cdiv(N, block_size // 32), 132 * cdiv(512, block_size))", "C"]
+args = ["dweight", "dbias", "partial", "groups", "C"]
 */
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -16,13 +16,16 @@ deterministic reduce kernel are version 4's.
 preconditions = ["C % 4 == 0", "C <= 2048"]
 block_sizes = [64, 128, 256]
 
+[derived]
+groups = "min(cdiv(N, block_size // 32), SMS * cdiv(512 if C <= 1024 else 256, block_size))"  # blocks of the first kernel: one wave at most
+
 [scratch]
-partial = "2 * C * min(cdiv(N, block_size // 32), 132 * cdiv(512 if C <= 1024 else 256, block_size))"
+partial = "2 * C * groups"
 
 [[launch]]
 kernel = "layernorm_backward5_c1024"
 when = "C <= 1024"
-grid = "min(cdiv(N, block_size // 32), 132 * cdiv(512 if C <= 1024 else 256, block_size))"
+grid = "groups"
 block = "block_size"
 shared = "block_size * C // 4"
 args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
@@ -30,7 +33,7 @@ args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
 [[launch]]
 kernel = "layernorm_backward5_c2048"
 when = "C > 1024"
-grid = "min(cdiv(N, block_size // 32), 132 * cdiv(512 if C <= 1024 else 256, block_size))"
+grid = "groups"
 block = "block_size"
 shared = "block_size * C // 4"
 args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
@@ -39,7 +42,7 @@ args = ["dinp", "partial", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
 kernel = "layernorm_backward_reduce"
 grid = "cdiv(C, 32)"
 block = [32, 32]
-args = ["dweight", "dbias", "partial", "min(cdiv(N, block_size // 32), 132 * cdiv(512 if C <= 1024 else 256, block_size))", "C"]
+args = ["dweight", "dbias", "partial", "groups", "C"]
 */
 
 __device__ __forceinline__ float warp_sum(float v) {
