@@ -158,6 +158,9 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
             kwargs = {k: resolve_value(v, env, buffers) for k, v in step.params}
             plan.steps.append(fn(**kwargs))
             plan.described.append(f"{step.name}({', '.join(k for k, _ in step.params)})")
+    if not plan.steps:
+        raise LaunchConfigError(f"{version.label}: nothing to launch at {version.family.format_sizes(sizes)} "
+                                f"(every step's `when` is false)")
     return plan
 
 

@@ -155,7 +155,7 @@ def run_report(res: dict, meta: dict, torch: dict | None = None, copy: dict | No
         best = str(res.get("best_block_size"))
         for bs, t in timings.items():
             style = "bold green" if bs == best else ""
-            row = [bs if bs != "None" else "-", fmt_us(t["median_us"]),
+            row = [bs if bs != "None" else "-", fmt_us(t["median_us"]) + ("" if t.get("drained", True) else " †"),
                    f"{fmt_us(t['p20_us'])} - {fmt_us(t['p80_us'])}", fmt_gbps(t["gbps"]),
                    f"{t['pct_ceiling']:.1f}%", f"{100 * t['noise']:.1f}%", str(t["reps"])]
             if has_flops:
@@ -164,6 +164,9 @@ def run_report(res: dict, meta: dict, torch: dict | None = None, copy: dict | No
         for bs, why in (res.get("unusable_block_sizes") or {}).items():
             table.add_row(bs, Text(f"not launched: {why}", style="yellow"), "", "", "", "", "")
         parts.append(table)
+        if not all(t.get("drained", True) for t in timings.values()):
+            parts.append(Text("† too short to time with the L2 drain: flushed before, not drained after "
+                              "(its dirty output in L2 is not charged)", style="yellow"))
         b = res["best"]
         line = Text.assemble(("best: ", "bold"), f"block size {res.get('best_block_size') or '-'}, "
                              f"{fmt_us(b['median_us'])}, {b['gbps']:.0f} GB/s = {b['pct_ceiling']:.1f}% of the "

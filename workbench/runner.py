@@ -240,6 +240,7 @@ def _build_cases_args(args) -> list[str]:
 
 def _bandwidth(family: Family, sizes: dict[str, int], median_us: float, ceiling_gbps: float) -> dict:
     nbytes = family.bytes_moved(sizes)
+    median_us = max(median_us, 1e-3)  # a timer tick: never divide by zero
     gbps = nbytes / (median_us * 1e-6) / 1e9
     flops = family.flops_done(sizes)
     out = {"gbps": gbps, "pct_ceiling": 100.0 * gbps / ceiling_gbps}

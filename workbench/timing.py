@@ -47,6 +47,7 @@ class Timing:
     reps: int
     noise: float  # (p80 - p20) / median
     drain_us: float = 0.0  # the drain's own time, already subtracted
+    drained: bool = True   # False: too short to resolve with the drain; timed flushed, undrained
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -124,49 +125,63 @@ class Busy:
 
 def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
             budget_s: float = 0.4, min_reps: int = 15, max_reps: int = 400,
-            target_noise: float = 0.03, warmup: int = 3, batch: int = 10) -> Timing:
+            target_noise: float = 0.03, warmup: int = 3, batch: int = 8) -> Timing:
     """Median time of `launch(stream)` in microseconds.
 
-    With an L2Flush: flushed before, drained after (inside the window), drain time subtracted.
-    Without: a busy-wait kernel runs before each launch so host launch latency stays hidden, and
-    the launch runs warm (whatever the previous one left in L2)."""
+    With an L2Flush, each sample is a pair: [flush, drain] and [flush, launch, drain], timed back
+    to back; the sample is their difference, so drift between them cancels. A launch too short to
+    resolve that way (median difference not above zero) is timed flushed but undrained instead,
+    and says so (`drained` False). Without a flush, a busy-wait kernel runs before each launch so
+    host launch latency stays hidden, and the launch runs warm."""
     import pycuda.driver as drv
     before = flush or Busy()
-    after = flush.drain if flush else None
     for _ in range(warmup):
         before(stream)
         launch(stream)
     stream.synchronize()
-    events = [(drv.Event(), drv.Event()) for _ in range(batch)]
+    events = [(drv.Event(), drv.Event()) for _ in range(2 * batch)]
 
-    def timed(body, n):
-        for s, e in events[:n]:
+    def timed(bodies) -> list[float]:
+        for (s, e), body in zip(events, bodies):
             before(stream)
             s.record(stream)
             body(stream)
-            if after:
-                after(stream)
             e.record(stream)
-        events[n - 1][1].synchronize()
-        return [e.time_since(s) * 1000.0 for s, e in events[:n]]
+        events[len(bodies) - 1][1].synchronize()
+        return [e.time_since(s) * 1000.0 for s, e in events[:len(bodies)]]
 
-    drain_us = 0.0
-    if after:  # the drain alone, after the same flush: what to subtract
-        drain_us = float(np.median(timed(lambda _s: None, batch) + timed(lambda _s: None, batch)))
-    samples: list[float] = []
-    start = time.perf_counter()
-    while True:
-        n = min(batch, max_reps - len(samples))
-        samples += [max(t - drain_us, 0.0) for t in timed(launch, n)]
-        if len(samples) >= max_reps:
-            break
-        if len(samples) >= min_reps:
-            t = summarize(samples)
-            if t.noise <= target_noise or time.perf_counter() - start > budget_s:
-                break
+    def sample_loop(bodies_for, combine) -> list[float]:
+        samples: list[float] = []
+        start = time.perf_counter()
+        while len(samples) < max_reps:
+            n = min(batch, max_reps - len(samples))
+            samples += combine(timed(bodies_for(n)), n)
+            if len(samples) >= min_reps:
+                t = summarize(samples)
+                if t.noise <= target_noise or time.perf_counter() - start > budget_s:
+                    break
+        return samples
+
+    if flush is None:
+        return summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t))
+
+    def drained(s):
+        launch(s)
+        flush.drain(s)
+    drains: list[float] = []
+
+    def pairs(t, n):  # t = [drain, launch+drain, drain, launch+drain, ...]
+        drains.extend(t[0::2])
+        return [b - a for a, b in zip(t[0::2], t[1::2])]
+    samples = sample_loop(lambda n: [flush.drain, drained] * min(n, batch), pairs)
     result = summarize(samples)
-    result.drain_us = drain_us
-    return result
+    result.drain_us = float(np.median(drains))
+    if result.median_us > 0:
+        return result
+    undrained = summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t))
+    undrained.drain_us = result.drain_us
+    undrained.drained = False
+    return undrained
 
 
 def copy_time(nbytes: int, flush: L2Flush | None, stream, budget_s: float = 0.4) -> Timing:
