@@ -386,7 +386,8 @@ def promote(ctx, family, version, block_size, best, results, timeout):
             raise WorkbenchError("give FAMILY VERSION, or --best RESULTS.json")
         wanted = {family: [(int(version) if version.isdigit() else version, block_size)]}
     failures = 0
-    with Session(project, Options(timeout=timeout, torch=False)) as session, err_console.status("starting") as status:
+    # Two seeds: the trainer's sizes are large (the lm head's reference alone is a 158 GFLOP GEMM).
+    with Session(project, Options(timeout=timeout, torch=False, seeds=2)) as session, err_console.status("starting") as status:
         session.progress = lambda text: status.update(escape(text))
         session.device()
         for fam_name, candidates in wanted.items():
