@@ -280,6 +280,10 @@ def speedups(fam: dict) -> None:
 
 
 def git_commit() -> str | None:
+    """The project's commit (WORKBENCH_COMMIT when the tree travelled without its .git)."""
+    import os
+    if os.environ.get("WORKBENCH_COMMIT"):
+        return os.environ["WORKBENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT,
                              capture_output=True, text=True, timeout=5)
