@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import os
 import shutil
 import subprocess
 import tempfile
@@ -52,9 +53,14 @@ class Session:
     def __post_init__(self):
         self._tmp = Path(tempfile.mkdtemp(prefix="workbench-cases-"))
         self._cases: dict[tuple, list[str]] = {}
+        self._pending: dict[tuple, object] = {}  # futures of cases being computed in the background
+        self._pool = None
         self._device: dict | None = None
+        self._baselines: dict[str, dict] = {}
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self):
@@ -103,6 +109,9 @@ class Session:
 
     def cases(self, family: Family, sizes: dict[str, int], extra_sizes=()) -> list[str]:
         key, plan = self._case_plan(family, sizes, extra_sizes)
+        if key in self._pending:
+            self.progress(f"{family.name}: waiting for its reference cases")
+            self._cases[key] = self._pending.pop(key).result()
         if key not in self._cases:
             self.progress(f"{family.name}: computing the reference at {len(plan)} size sets x seeds")
             folder = self._tmp / f"{family.name}-{len(self._cases)}"
@@ -110,19 +119,16 @@ class Session:
         return self._cases[key]
 
     def prepare_cases(self, families: list[Family]) -> None:
-        """Compute many families' reference cases at once, one process per family."""
+        """Start computing many families' reference cases in the background, a process per
+        family, in order: the GPU work on the first family overlaps the references of the rest."""
         from concurrent.futures import ProcessPoolExecutor
-        jobs = {}
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
         for i, family in enumerate(families):
             key, plan = self._case_plan(family, self.sizes_for(family))
-            if key not in self._cases:
-                jobs[key] = (str(self.project.root), family.name, plan, str(self._tmp / f"{family.name}-p{i}"))
-        if not jobs:
-            return
-        self.progress(f"computing references for {len(jobs)} families in parallel")
-        with ProcessPoolExecutor(max_workers=min(len(jobs), 8)) as pool:
-            for key, paths in zip(jobs, pool.map(_build_cases_args, jobs.values())):
-                self._cases[key] = paths
+            if key not in self._cases and key not in self._pending:
+                self._pending[key] = self._pool.submit(_build_cases, str(self.project.root), family.name, plan,
+                                                       str(self._tmp / f"{family.name}-p{i}"))
 
     def precompile(self, versions: list[Version]) -> None:
         """Compile every version ahead, in parallel, for the device's arch (fills the cache)."""
@@ -131,10 +137,17 @@ class Session:
         self.progress(f"compiling {len(versions)} versions in parallel for sm_{cc}")
         precompile([v.path for v in versions], f"sm_{cc}")
 
-    def drop_cases(self, family: Family) -> None:
+    def drop_cases(self, family: Family, keep_first: bool = False) -> None:
+        """Delete a family's case files (all but the first timed one, which the torch baseline
+        uses, when keep_first): a bench of every family would otherwise fill the disk."""
         for key in [k for k in self._cases if k[0] == family.name]:
-            for p in self._cases.pop(key):
+            paths = self._cases[key]
+            for p in paths[1:] if keep_first else paths:
                 shutil.rmtree(p, ignore_errors=True)
+            if keep_first:
+                self._cases[key] = paths[:1]
+            else:
+                del self._cases[key]
 
     # -- jobs ---------------------------------------------------------------------------------
     def run_version(self, version: Version, sizes: dict[str, int] | None = None, extra_sizes=()) -> dict:
@@ -162,30 +175,26 @@ class Session:
         res.setdefault("title", version.title)
         return derive(res, family, sizes, device["ceiling"]["gbps"])
 
-    def run_baselines(self, family: Family, sizes: dict[str, int] | None = None) -> dict:
-        """In one child process: the family's PyTorch equivalent, timed and checked like a version,
-        and a plain copy of its bytes timed the same way (the practical ceiling at this size;
-        skipped for compute-bound families, where it says nothing)."""
-        sizes = sizes or self.sizes_for(family)
-        want_torch = self.options.torch and self.options.time and family.torch
-        want_copy = self.options.time and not family.flops
-        out: dict = {"torch": None, "copy": None}
+    def _baseline_request(self, family: Family, sizes: dict[str, int]) -> dict | None:
+        want_torch = bool(self.options.torch and self.options.time and family.torch)
         if want_torch and importlib.util.find_spec("torch") is None:
-            out["torch"] = {"status": "unavailable", "reason": "torch is not installed"}
             want_torch = False
+        want_copy = self.options.time and not family.flops
         if not (want_torch or want_copy):
-            return out
-        device = self.device()
-        self.progress(f"{family.name}: baselines (" + " and ".join(
-            x for x, w in (("PyTorch", want_torch), ("a copy of the same bytes", want_copy)) if w) + ")")
-        req = {"job": "baselines", "root": str(self.project.root), "family": family.name,
-               "budget": self.options.budget, "flush": self.options.flush, "torch": bool(want_torch),
-               "copy_bytes": family.bytes_moved(sizes) if want_copy else 0}
+            return None
+        req = {"family": family.name, "torch": want_torch, "copy_bytes": family.bytes_moved(sizes) if want_copy else 0}
         if want_torch:
             req["cases"] = self.cases(family, sizes)[:1]
-        res = run_job(req, self.options.timeout)
-        ceiling = device["ceiling"]["gbps"]
-        for key, wanted in (("torch", want_torch), ("copy", want_copy)):
+        return req
+
+    def _finish_baselines(self, family: Family, sizes: dict[str, int], req: dict | None, res: dict) -> dict:
+        out: dict = {"torch": None, "copy": None}
+        if self.options.torch and self.options.time and family.torch and importlib.util.find_spec("torch") is None:
+            out["torch"] = {"status": "unavailable", "reason": "torch is not installed"}
+        if req is None:
+            return out
+        ceiling = self.device()["ceiling"]["gbps"]
+        for key, wanted in (("torch", req["torch"]), ("copy", bool(req["copy_bytes"]))):
             if not wanted:
                 continue
             part = res.get(key) or {"status": res.get("status", "crashed"), "reason": res.get("reason", "no result")}
@@ -194,6 +203,37 @@ class Session:
             out[key] = part
         return out
 
+    def prepare_baselines(self, families: list[Family]) -> None:
+        """Every family's baselines in one child (torch is imported once), remembered for
+        run_baselines; a family whose part did not come back is retried on its own."""
+        reqs = {f.name: self._baseline_request(f, self.sizes_for(f)) for f in families}
+        jobs = [r for r in reqs.values() if r]
+        if not jobs:
+            return
+        self.device()
+        self.progress(f"baselines for {len(jobs)} families (PyTorch and same-size copies)")
+        res = run_job({"job": "baselines_all", "root": str(self.project.root), "budget": self.options.budget,
+                       "flush": self.options.flush, "families": jobs}, self.options.timeout * len(jobs))
+        for f in families:
+            part = (res.get("families") or {}).get(f.name)
+            if reqs[f.name] is None or part is not None:
+                self._baselines[f.name] = self._finish_baselines(f, self.sizes_for(f), reqs[f.name], part or {})
+
+    def run_baselines(self, family: Family, sizes: dict[str, int] | None = None) -> dict:
+        """In one child process: the family's PyTorch equivalent, timed and checked like a version,
+        and a plain copy of its bytes timed the same way (the practical ceiling at this size;
+        skipped for compute-bound families, where it says nothing)."""
+        sizes = sizes or self.sizes_for(family)
+        if family.name in self._baselines and sizes == self.sizes_for(family):
+            return self._baselines[family.name]
+        req = self._baseline_request(family, sizes)
+        if req is None:
+            return self._finish_baselines(family, sizes, None, {})
+        self.progress(f"{family.name}: baselines")
+        res = run_job({"job": "baselines", "root": str(self.project.root), "budget": self.options.budget,
+                       "flush": self.options.flush, **req}, self.options.timeout)
+        return self._finish_baselines(family, sizes, req, res)
+
     def run_torch(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
         return self.run_baselines(family, sizes)["torch"]
 
@@ -201,7 +241,9 @@ class Session:
         return self.run_baselines(family, sizes)["copy"]
 
     def bench_family(self, family: Family, versions: list[Version] | None = None,
-                     on_version: Callable[[dict], None] | None = None) -> dict:
+                     on_version: Callable[[dict], None] | None = None, baselines: bool = True) -> dict:
+        """Every version of the family, then (unless baselines=False: see add_baselines) its
+        PyTorch equivalent and a same-size copy, and the speedups."""
         import time
         started = time.perf_counter()
         sizes = self.sizes_for(family)
@@ -212,9 +254,14 @@ class Session:
             out["versions"].append(res)
             if on_version:
                 on_version(res)
-        out.update(self.run_baselines(family, sizes))
-        speedups(out)
         out["seconds"] = round(time.perf_counter() - started, 2)
+        if baselines:
+            self.add_baselines(family, out)
+        return out
+
+    def add_baselines(self, family: Family, out: dict) -> dict:
+        out.update(self.run_baselines(family, out["sizes"]))
+        speedups(out)
         return out
 
     def metadata(self) -> dict:
