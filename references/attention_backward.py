@@ -42,15 +42,20 @@ def forward_outputs(qkv, NH):
 _graph = {}
 
 
-def torch_attention_backward(dout, qkv, NH):
-    """The gradient of PyTorch's causal SDPA (the `torch` baseline). The forward is run once per
-    input and kept, so repeated calls time the backward alone."""
+def torch_grad_of(forward, dout, qkv, NH):
+    """dqkv of PyTorch's `forward(qkv, NH)` by autograd (a `torch` baseline). The forward is run
+    once per input and kept, so repeated calls time the backward alone."""
     import torch
-    key = (qkv.data_ptr(), tuple(qkv.shape), qkv.dtype, NH)
+    key = (forward, qkv.data_ptr(), tuple(qkv.shape), qkv.dtype, NH)
     if key not in _graph:
         _graph.clear()
         x = qkv.detach().clone().requires_grad_(True)
-        _graph[key] = (x, torch_attention(x, NH))
+        _graph[key] = (x, forward(x, NH))
     x, y = _graph[key]
     (dqkv,) = torch.autograd.grad(y, x, dout, retain_graph=True)
     return dqkv
+
+
+def torch_attention_backward(dout, qkv, NH):
+    """The gradient of PyTorch's causal SDPA."""
+    return torch_grad_of(torch_attention, dout, qkv, NH)

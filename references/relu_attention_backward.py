@@ -8,9 +8,11 @@ With s = q.k / sqrt(HS) and att = relu(s) / T on t2 <= t:
 import numpy as np
 
 try:
+    from .attention_backward import torch_grad_of
     from .attention_forward import heads, merge_heads, split_heads
     from .relu_attention_forward import torch_relu_attention
 except ImportError:  # loaded as a plain file (a project outside this repository)
+    from references.attention_backward import torch_grad_of
     from references.attention_forward import heads, merge_heads, split_heads
     from references.relu_attention_forward import torch_relu_attention
 
@@ -31,18 +33,6 @@ def relu_attention_backward(dout, qkv, NH):
     return {"dqkv": np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)}
 
 
-_graph = {}
-
-
 def torch_relu_attention_backward(dout, qkv, NH):
-    """Autograd through torch_relu_attention; the forward is kept per input, so repeated calls
-    time the backward alone."""
-    import torch
-    key = (qkv.data_ptr(), tuple(qkv.shape), qkv.dtype, NH)
-    if key not in _graph:
-        _graph.clear()
-        x = qkv.detach().clone().requires_grad_(True)
-        _graph[key] = (x, torch_relu_attention(x, NH))
-    x, y = _graph[key]
-    (dqkv,) = torch.autograd.grad(y, x, dout, retain_graph=True)
-    return dqkv
+    """Autograd through torch_relu_attention (the forward is kept per input)."""
+    return torch_grad_of(torch_relu_attention, dout, qkv, NH)

@@ -254,13 +254,3 @@ def precompile(paths: list[Path], arch: str, workers: int | None = None) -> list
     workers = workers or min(16, os.cpu_count() or 1)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return [e for e in pool.map(_precompile_one, [(str(p), arch) for p in paths]) if e]
-
-
-def kernel_resources(resources: dict[str, Resources], name: str) -> Resources | None:
-    """ptxas names C++ kernels by their mangled names; match `name` either way."""
-    if name in resources:
-        return resources[name]
-    for mangled, res in resources.items():
-        if mangled.startswith(f"_Z{len(name)}{name}"):
-            return res
-    return None

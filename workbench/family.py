@@ -268,10 +268,6 @@ class Family:
             raise ContractError(f"{self.name}: references/{module}.py defines no function {name}()")
         return fn
 
-    @property
-    def reference_file(self) -> str:
-        return self.reference_name.split(":")[0]
-
 
 def _sizes_table(value: Any, sizes: tuple[str, ...], where: str) -> dict[str, int]:
     if not isinstance(value, dict) or set(value) != set(sizes) or not all(

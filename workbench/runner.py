@@ -234,12 +234,6 @@ class Session:
                        "flush": self.options.flush, **req}, self.options.timeout)
         return self._finish_baselines(family, sizes, req, res)
 
-    def run_torch(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
-        return self.run_baselines(family, sizes)["torch"]
-
-    def run_copy(self, family: Family, sizes: dict[str, int] | None = None) -> dict | None:
-        return self.run_baselines(family, sizes)["copy"]
-
     def bench_family(self, family: Family, versions: list[Version] | None = None,
                      on_version: Callable[[dict], None] | None = None, baselines: bool = True) -> dict:
         """Every version of the family, then (unless baselines=False: see add_baselines) its

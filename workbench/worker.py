@@ -215,7 +215,7 @@ def run_version(req: dict, rep: Reporter) -> None:
     comparer = DeviceComparer()
 
     def check_case(dev, bs, when: str) -> bool:
-        scratch = scratch_sizes(version, dev.sizes, bs)
+        scratch = scratch_sizes(version, dev.sizes, bs, req.get("params"))
         bufs = dev.with_scratch(scratch)
         plan = build_plan(version, module, dev.sizes, bs, bufs, req.get("params"), resources)
         dev.reset(scratch)
@@ -263,7 +263,7 @@ def run_version(req: dict, rep: Reporter) -> None:
         dev = Buffers(family, timed)
         for bs in usable:
             rep.phase(f"time block size {bs}")
-            scratch = scratch_sizes(version, timed.sizes, bs)
+            scratch = scratch_sizes(version, timed.sizes, bs, req.get("params"))
             bufs = dev.with_scratch(scratch)
             dev.reset(scratch)
             plan = build_plan(version, module, timed.sizes, bs, bufs, req.get("params"), resources)
@@ -393,8 +393,8 @@ def run_baselines_all(req: dict, rep: Reporter) -> None:
     rep.result["status"] = "passed"
 
 
-JOBS = {"version": run_version, "torch": run_torch, "copy": run_copy, "baselines": run_baselines,
-        "baselines_all": run_baselines_all, "probe": run_probe}
+JOBS = {"version": run_version, "baselines": run_baselines, "baselines_all": run_baselines_all,
+        "probe": run_probe}
 
 
 def main(argv: list[str]) -> int:
