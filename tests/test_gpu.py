@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from workbench.family import Project
-from workbench.runner import Options, Session
+from workbench.bench import Options, Session
 
 from conftest import FIXTURES, ROOT
 
@@ -24,10 +24,10 @@ def check_session():
 @pytest.mark.parametrize("family, number", VERSIONS, ids=[f"{f}-{n}" for f, n in VERSIONS])
 def test_every_version_passes_at_default_and_test_sizes(check_session, family, number):
     v = PROJECT.family(family).version(number)
-    res = check_session.run_version(v)
-    assert res["status"] == "passed", f"{v.label}: {res.get('status')}: {res.get('reason')} {res.get('failures', [])[:1]}"
-    assert len(res["check"]["sizes"]) >= 2, "checked at the default and at least one test size"
-    assert res["check"]["seeds"] == [0, 1, 2]
+    row = check_session.run_version(v)
+    assert row.status == "passed", f"{v.label}: {row.status}: {row.reason} {row.failures[:1]}"
+    assert len(row.check.sizes) >= 2, "checked at the default and at least one test size"
+    assert row.check.seeds == [0, 1, 2]
 
 
 def test_the_l2_flush_makes_a_measurable_difference():
@@ -59,15 +59,16 @@ def test_a_faulty_version_is_reported_and_the_bench_goes_on():
     project = Project(FIXTURES / "project")
     with Session(project, Options(timeout=20, torch=False, budget=0.1)) as s:
         fam = s.bench_family(project.family("scale"))
-    status = {v["version"]: v for v in fam["versions"]}
-    assert status[1]["status"] == "passed" and status[1]["best"]["median_us"] > 0
-    assert status[2]["status"] == "crashed" and "illegal memory access" in status[2]["reason"]
-    assert status[3]["status"] == "timed_out" and "timed out after 20 s" in status[3]["reason"]
-    assert status[4]["status"] == "failed"
-    first = status[4]["failures"][0]["args"][0]["first"][0]
+    row = {r.version: r for r in fam.versions}
+    assert row[1].status == "passed" and row[1].best.median_us > 0
+    assert row[2].status == "crashed" and "illegal memory access" in row[2].reason
+    assert row[3].status == "timed_out" and "timed out after 20 s" in row[3].reason
+    assert row[4].status == "failed"
+    first = row[4].failures[0]["args"][0]["first"][0]
     assert np.isnan(first["got"]), "the unwritten tail still holds the poison"
-    assert status[5]["status"] == "failed"
-    assert status[6]["status"] == "failed"
+    assert row[5].status == "failed"
+    assert row[6].status == "failed"
+    assert fam.copy is not None and fam.copy.passed, "the copy baseline is a row like any other"
 
 
 @pytest.mark.parametrize("op", ["gemm", "gemm_lt"])
@@ -76,7 +77,7 @@ def test_library_gemm_is_row_major_and_batched(op, trans_a, trans_b):
     import pycuda.autoprimaryctx  # noqa: F401
     import pycuda.driver as drv
 
-    from workbench import libs
+    from workbench import library_calls
     rng = np.random.default_rng(0)
     batch, m, n, k = 3, 37, 29, 19
     A = rng.normal(size=(batch, k, m) if trans_a else (batch, m, k)).astype(np.float32)
@@ -87,9 +88,9 @@ def test_library_gemm_is_row_major_and_batched(op, trans_a, trans_b):
     kw = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, batch=batch,
               stride_a=m * k, stride_b=k * n)
     if op == "gemm":
-        call = libs.gemm(a=int(a), b=int(b), c=int(d), stride_c=m * n, **kw)
+        call = library_calls.gemm(a=int(a), b=int(b), c=int(d), stride_c=m * n, **kw)
     else:
-        call = libs.gemm_lt(a=int(a), b=int(b), d=int(d), stride_d=m * n, bias=int(bb), **kw)
+        call = library_calls.gemm_lt(a=int(a), b=int(b), d=int(d), stride_d=m * n, bias=int(bb), **kw)
     stream = drv.Stream()
     call(stream)
     stream.synchronize()

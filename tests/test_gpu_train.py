@@ -30,34 +30,34 @@ def world():
             "stream": drv.Stream()}
 
 
-def make_ops(world, params):
+def make_backend(world, params):
     from train.model import Program
-    from train.ops import GPUOps, PromotedSet
+    from train.backends import KernelBackend, PromotedSet
     program = Program(world["config"], B, T, tf32=False)
-    ops = GPUOps(program, PromotedSet())
-    ops.upload("params", params.astype(np.float32))
-    return program, ops
+    backend = KernelBackend(program, PromotedSet())
+    backend.upload("params", params.astype(np.float32))
+    return program, backend
 
 
-def feed(ops, x, y, step):
-    ops.upload("tokens", x.astype(np.int32).ravel())
-    ops.upload("targets", y.astype(np.int32).ravel())
-    ops.upload("hp", np.array([LR, 0.9, 0.999, 1e-8, 0.0, step + 1], dtype=np.float32))
+def feed(backend, x, y, step):
+    backend.upload("tokens", x.astype(np.int32).ravel())
+    backend.upload("targets", y.astype(np.int32).ravel())
+    backend.upload("optimizer_scalars", np.array([LR, 0.9, 0.999, 1e-8, 0.0, step + 1], dtype=np.float32))
 
 
 def test_logits_loss_and_every_gradient_match_pytorch(world):
-    from references.gpt2_torch import GPT, forward_backward
+    from train.gpt2_torch import GPT, forward_backward
     config, stream = world["config"], world["stream"]
-    program, ops = make_ops(world, world["params"])
+    program, backend = make_backend(world, world["params"])
     x, y = world["batches"][0]
-    feed(ops, x, y, 0)
-    ops.run(program.forward, stream)
+    feed(backend, x, y, 0)
+    backend.run(program.forward, stream)
     stream.synchronize()
-    logits = ops.download("logits").reshape(B, T, config.padded_vocab_size)
-    ops.run(program.loss + program.backward, stream)
+    logits = backend.download("logits").reshape(B, T, config.padded_vocab_size)
+    backend.run(program.loss + program.backward, stream)
     stream.synchronize()
-    loss = float(ops.download("losses").astype(np.float64).mean())
-    grads = ops.download("grads").astype(np.float64)
+    loss = float(backend.download("losses").astype(np.float64).mean())
+    grads = backend.download("grads").astype(np.float64)
 
     model = GPT.from_flat(config, world["params"], device="cuda")
     t_logits, t_loss, t_grads = forward_backward(model, x, y)
@@ -71,15 +71,15 @@ def test_logits_loss_and_every_gradient_match_pytorch(world):
 
 
 def test_ten_adamw_steps_give_the_same_losses(world):
-    from references.gpt2_torch import GPT
+    from train.gpt2_torch import GPT
     torch, config, stream = world["torch"], world["config"], world["stream"]
-    program, ops = make_ops(world, world["params"])
+    program, backend = make_backend(world, world["params"])
     ours = []
     for step, (x, y) in enumerate(world["batches"]):
-        feed(ops, x, y, step)
-        ops.run(program.forward + program.loss + program.backward + program.update, stream)
+        feed(backend, x, y, step)
+        backend.run(program.forward + program.loss + program.backward + program.update, stream)
         stream.synchronize()
-        ours.append(float(ops.download("losses").astype(np.float64).mean()))
+        ours.append(float(backend.download("losses").astype(np.float64).mean()))
     model = GPT.from_flat(config, world["params"], device="cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     theirs = []
@@ -100,19 +100,19 @@ def test_ten_adamw_steps_give_the_same_losses(world):
 def test_a_saved_and_reloaded_checkpoint_gives_the_identical_next_loss(world, tmp_path):
     from train import formats
     config, stream = world["config"], world["stream"]
-    program, ops = make_ops(world, world["params"])
+    program, backend = make_backend(world, world["params"])
     for step in range(2):
-        feed(ops, *world["batches"][step], step)
-        ops.run(program.forward + program.loss + program.backward + program.update, stream)
+        feed(backend, *world["batches"][step], step)
+        backend.run(program.forward + program.loss + program.backward + program.update, stream)
     stream.synchronize()
-    path = formats.write_checkpoint(tmp_path / "ckpt.bin", config, ops.download("params"))
-    feed(ops, *world["batches"][2], 2)
-    ops.run(program.forward + program.loss, stream)
+    path = formats.write_checkpoint(tmp_path / "ckpt.bin", config, backend.download("params"))
+    feed(backend, *world["batches"][2], 2)
+    backend.run(program.forward + program.loss, stream)
     stream.synchronize()
-    continued = ops.download("losses").copy()
+    continued = backend.download("losses").copy()
     loaded_config, loaded = formats.read_checkpoint(path)
     assert loaded_config == config
-    program2, ops2 = make_ops(world, loaded)
+    program2, ops2 = make_backend(world, loaded)
     feed(ops2, *world["batches"][2], 2)
     ops2.run(program2.forward + program2.loss, stream)
     stream.synchronize()
@@ -121,17 +121,17 @@ def test_a_saved_and_reloaded_checkpoint_gives_the_identical_next_loss(world, tm
 
 def test_the_step_graph_replays_the_same_step(world):
     """A captured graph computes exactly what the eager launches compute."""
-    from train.ops import Graph
+    from train.backends import Graph
     stream = world["stream"]
     losses = []
     for use_graph in (False, True):
-        program, ops = make_ops(world, world["params"])
-        feed(ops, *world["batches"][0], 0)
-        enqueue = lambda s: ops.run(program.forward + program.loss, s)
+        program, backend = make_backend(world, world["params"])
+        feed(backend, *world["batches"][0], 0)
+        enqueue = lambda s: backend.run(program.forward + program.loss, s)
         if use_graph:
             Graph(stream, enqueue).launch(stream)
         else:
             enqueue(stream)
         stream.synchronize()
-        losses.append(ops.download("losses"))
+        losses.append(backend.download("losses"))
     assert np.array_equal(losses[0], losses[1])

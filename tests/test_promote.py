@@ -5,12 +5,13 @@ import shutil
 
 import pytest
 
-from workbench.errors import TrainError
-from workbench.family import Project
-from workbench.promote import ranked_from_results, read_manifest, trainer_sizes
-from train.model import Program
+from train.backends import KERNELS_DIR, PromotedSet
 from train.config import preset
-from train.ops import KERNELS_DIR, PromotedSet, sha256
+from train.errors import TrainError
+from train.model import Program, promotion_sizes
+from workbench.family import Project
+from workbench.promote import ranked, read_manifest, sha256
+from workbench.results import load
 
 from conftest import FIXTURES, ROOT
 
@@ -22,7 +23,7 @@ def kernels(tmp_path):
 
 
 def test_the_shipped_set_covers_every_family_the_trainer_calls():
-    manifest = read_manifest()["kernels"]
+    manifest = read_manifest(KERNELS_DIR)["kernels"]
     needed = {c.family for kind in ("softmax", "relu") for c in Program(preset("d12"), 4, 1024, kind).calls}
     assert needed <= set(manifest)
     promoted = PromotedSet()
@@ -30,7 +31,7 @@ def test_the_shipped_set_covers_every_family_the_trainer_calls():
         e = manifest[family]
         assert e["sha256"] == sha256(KERNELS_DIR / e["file"]) and e["gpu"] and e["median_us"] > 0
         v = promoted.version(family)
-        assert not any(v.unmet(s) for s in trainer_sizes(v.family)), f"{family}: preconditions exclude the trainer"
+        assert not any(v.unmet(s) for s in promotion_sizes(family, v.family.sizes)), f"{family}: preconditions exclude the trainer"
 
 
 def test_a_hand_edited_frozen_copy_is_refused(kernels):
@@ -58,17 +59,16 @@ def test_no_manifest_says_how_to_make_one(tmp_path):
 
 def test_trainer_sizes_are_the_programs_calls_in_the_familys_names():
     fam = Project(ROOT).family("fused_classifier")
-    assert trainer_sizes(fam) == [{"B": 4, "T": 1024, "V": 50257, "Vp": 50304}]
-    assert trainer_sizes(Project(ROOT).family("softmax_forward")) == []  # a course family
+    assert promotion_sizes(fam.name, fam.sizes) == [{"B": 4, "T": 1024, "V": 50257, "Vp": 50304}]
+    softmax = Project(ROOT).family("softmax_forward")
+    assert promotion_sizes(softmax.name, softmax.sizes) == []  # a course family
 
 
 def test_promote_best_ranks_passing_versions_fastest_first():
-    payload = json.loads((FIXTURES / "results" / "bench_faulty.json").read_text())
-    assert ranked_from_results(payload) == {"scale": [(1, 128)]}  # the faulty ones are not candidates
-    payload = json.loads((ROOT / "results" / "h100-bench.json").read_text())
-    ranked = ranked_from_results(payload)
-    assert ranked["attention_forward"][0][0] == 5
-    times = {v["version"]: v["best"]["median_us"] for f in payload["families"] if f["family"] == "layernorm_forward"
-             for v in f["versions"]}
-    order = [v for v, _ in ranked["layernorm_forward"]]
+    assert ranked(load(FIXTURES / "results" / "bench_faulty.json")) == {("scale", "fp32"): [(1, 128)]}  # the faulty ones are not candidates
+    run = load(ROOT / "results" / "h100-bench.json")
+    best = ranked(run)
+    assert best[("attention_forward", "fp32")][0][0] == 5
+    times = {r.version: r.best.median_us for r in run.family("layernorm_forward").versions}
+    order = [v for v, _ in best[("layernorm_forward", "fp32")]]
     assert [times[v] for v in order] == sorted(times[v] for v in order)

@@ -5,6 +5,7 @@ import json
 from rich.console import Console
 
 from workbench import report
+from workbench.results import BenchRun, load as load_results, write_json
 
 from conftest import FIXTURES
 
@@ -17,30 +18,28 @@ def render(renderable) -> str:
     return console.export_text()
 
 
-def load(name):
-    return json.loads((RESULTS / name).read_text())
+def load(name) -> BenchRun:
+    return load_results(RESULTS / name)
 
 
 def test_bench_table_has_a_row_per_version_with_its_best_configuration():
-    payload = load("bench_layernorm_forward.json")
-    fam = payload["families"][0]
+    fam = load("bench_layernorm_forward.json").families[0]
     text = render(report.bench_table(fam))
-    for v in fam["versions"]:
-        assert v["title"] in text
-        b = v["best"]
-        assert report.fmt_us(b["median_us"]) in text
-        assert f"{b['pct_ceiling']:.1f}%" in text
+    for v in fam.versions:
+        assert v.title in text
+        assert report.fmt_us(v.best.median_us) in text
+        assert f"{v.best.pct_ceiling:.1f}%" in text
     assert "torch: F.layer_norm" in text
-    assert f"{fam['versions'][-1]['speedup_vs_first']:.2f}x" in text
+    assert f"{fam.speedup_vs_first(fam.versions[-1]):.2f}x" in text
 
 
 def test_titles_with_brackets_are_not_eaten_as_markup():
-    fam = load("bench_layernorm_forward.json")["families"][0]
+    fam = load("bench_layernorm_forward.json").families[0]
     assert "var = E[x^2] - E[x]^2" in render(report.bench_table(fam))
 
 
 def test_faulty_versions_show_why():
-    fam = load("bench_faulty.json")["families"][0]
+    fam = load("bench_faulty.json").families[0]
     text = render(report.bench_table(fam))
     assert "crashed: an illegal memory access was encountered" in text
     assert "timed out after 20 s" in text
@@ -48,28 +47,27 @@ def test_faulty_versions_show_why():
 
 
 def test_a_failure_lists_mismatches_in_the_ops_coordinates():
-    fam = load("bench_faulty.json")["families"][0]
-    tail = next(v for v in fam["versions"] if v["version"] == 4)
+    tail = load("bench_faulty.json").families[0].version(4)
     text = render(report.failure_details(tail))
     assert "(n=" in text and "nan" in text
 
 
 def test_run_report_shows_device_check_and_block_size_table():
-    res = load("run_layernorm_forward_6.json")
-    meta = {k: res[k] for k in ("device", "ceiling")}
-    version = res["families"][0]["versions"][0]
-    text = render(report.run_report(version, meta, res["families"][0].get("torch")))
+    run = load("run_layernorm_forward_6.json")
+    fam = run.families[0]
+    version = fam.versions[0]
+    text = render(report.run_report(version, run.meta, fam.torch))
     assert "NVIDIA H100" in text and "measured copy ceiling" in text
     assert "passed: every element" in text and "re-checked after timing" in text
-    for bs in version["timings"]:
-        assert f"\n│ {bs:>10} │" in text or f"│ {bs} " in text
+    for bs in version.timings:
+        assert f"│ {bs:>10} │" in text or f"│ {bs} " in text
     assert "best: block size" in text
     assert "faster than torch" in text
 
 
 def test_json_is_written_atomically(tmp_path):
     path = tmp_path / "r.json"
-    report.write_json(path, report.bench_payload({"device": {}}, [{"family": "x"}]))
+    write_json(path, {"workbench": 1, "families": [{"family": "x"}]})
     assert json.loads(path.read_text())["families"] == [{"family": "x"}]
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
@@ -79,3 +77,28 @@ def test_the_l2_flag_needs_a_working_set_that_could_fit_in_l2():
     assert report.l2_suspect(95.0, 50e6, l2)          # a 50 MB layernorm above 93%: suspect
     assert not report.l2_suspect(99.0, 3.5e9, l2)     # AdamW's 3.5 GB cannot hide in L2
     assert not report.l2_suspect(90.0, 50e6, l2)
+
+
+def test_old_results_files_load_and_write_back_the_same_figures():
+    """results/h100-bench.json predates the typed results: loading and writing it keeps every
+    version's status, best block size and figures, and the baselines."""
+    from conftest import ROOT
+    old = json.loads((ROOT / "results" / "h100-bench.json").read_text())
+    again = load_results(ROOT / "results" / "h100-bench.json").to_json()
+    assert [f["family"] for f in again["families"]] == [f["family"] for f in old["families"]]
+    for before, after in zip(old["families"], again["families"]):
+        assert after["best_version"] == before["best_version"]
+        for k in ("torch", "copy"):
+            if before.get(k) and before[k].get("timing"):
+                assert after[k]["timing"]["median_us"] == before[k]["timing"]["median_us"]
+        for v0, v1 in zip(before["versions"], after["versions"]):
+            assert v1["status"] == v0["status"] and v1.get("best_block_size") == v0.get("best_block_size")
+            assert v1.get("best") == v0.get("best")
+            assert set(v1.get("timings", {})) == set(v0.get("timings", {}))
+
+
+def test_block_sizes_are_ints_or_none_in_memory():
+    run = load_results(RESULTS / "run_layernorm_forward_6.json")
+    row = run.families[0].versions[0]
+    assert all(isinstance(bs, int) for bs in row.timings) and isinstance(row.best_block_size, int)
+    assert all(isinstance(b, int) for b in row.check.block_sizes)

@@ -16,7 +16,7 @@ from train import formats, prepro
 from train.config import PRESETS, GPT2Config, preset
 from train.params import PARAM_NAMES, fresh_init, layout, num_parameters
 from workbench.cli import cli
-from workbench.errors import TrainError
+from train.errors import TrainError
 
 ROOT = Path(__file__).resolve().parent.parent
 # The shared data folder beside the repository (developers and CI have it; users need not).
@@ -345,9 +345,9 @@ def test_prepro_tinyshakespeare_downloads_when_given_no_input(tmp_path, gpt2_enc
     assert any("reused" in n for n in again.notes) and len(written.files) == 4
 
 
-# -- the NumPy GPT-2 (references/gpt2.py) ---------------------------------------------------------
+# -- the NumPy GPT-2 (train/gpt2_numpy.py) ---------------------------------------------------------
 def test_numpy_gpt2_gradients_match_finite_differences():
-    from references.gpt2 import gpt2_backward, gpt2_forward, gpt2_loss
+    from train.gpt2_numpy import gpt2_backward, gpt2_forward, gpt2_loss
     config = MICRO
     params = random_params(config, 5)
     inputs, targets = random_batch(config, 2, 6, 5)  # T < maxT: wpe's last rows get no gradient
@@ -375,8 +375,8 @@ def test_numpy_gpt2_gradients_match_finite_differences():
 @pytest.mark.parametrize("config_name, B, T", [("micro", 2, 8), ("micro", 3, 5), ("tiny", 2, 17)])
 def test_numpy_gpt2_matches_torch(config_name, B, T):
     torch = pytest.importorskip("torch")
-    from references.gpt2 import gpt2_backward, gpt2_forward
-    from references.gpt2_torch import GPT, forward_backward
+    from train.gpt2_numpy import gpt2_backward, gpt2_forward
+    from train.gpt2_torch import GPT, forward_backward
     config = preset(config_name)
     params = random_params(config, 7, scale=0.1)
     inputs, targets = random_batch(config, B, T, 7)
@@ -396,7 +396,7 @@ def test_numpy_gpt2_matches_torch(config_name, B, T):
 
 def test_torch_gpt2_sdpa_matches_explicit_attention():
     torch = pytest.importorskip("torch")
-    from references.gpt2_torch import GPT
+    from train.gpt2_torch import GPT
     params = random_params(MICRO, 8)
     inputs, targets = random_batch(MICRO, 2, 7, 8)
     a = GPT.from_flat(MICRO, params, dtype=torch.float64)(torch.from_numpy(inputs).long(), torch.from_numpy(targets).long())
@@ -423,8 +423,8 @@ def tiny_hf_model(tmp_path):
 def test_prepro_gpt2_exports_weights_and_a_debug_state_our_models_reproduce(tmp_path, tiny_hf_model, gpt2_enc):
     import torch
 
-    from references.gpt2 import gpt2_backward, gpt2_forward
-    from references.gpt2_torch import GPT, forward_backward
+    from train.gpt2_numpy import gpt2_backward, gpt2_forward
+    from train.gpt2_torch import GPT, forward_backward
     hf, folder = tiny_hf_model
     out = tmp_path / "out"
     out.mkdir()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
-from workbench.errors import TrainError
+from .errors import TrainError
 
 GPT2_VOCAB = 50257
 EOT = 50256  # <|endoftext|>
@@ -52,12 +53,30 @@ class GPT2Config:
 
     @property
     def num_parameters(self) -> int:
-        from .params import num_parameters
-        return num_parameters(self)
+        return sum(math.prod(shape) for shape in param_shapes(self).values())
 
     def describe(self) -> str:
         return (f"L={self.num_layers} NH={self.num_heads} C={self.channels} maxT={self.max_seq_len} "
                 f"V={self.vocab_size} Vp={self.padded_vocab_size}")
+
+
+# Checkpoint order; weights in PyTorch's (out, in) layout.
+PARAM_NAMES = ("wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb")
+
+
+def param_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
+    Vp, C, L, maxT = config.padded_vocab_size, config.channels, config.num_layers, config.max_seq_len
+    return {
+        "wte": (Vp, C), "wpe": (maxT, C),
+        "ln1w": (L, C), "ln1b": (L, C),
+        "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C),
+        "attprojw": (L, C, C), "attprojb": (L, C),
+        "ln2w": (L, C), "ln2b": (L, C),
+        "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
+        "fcprojw": (L, C, 4 * C), "fcprojb": (L, C),
+        "lnfw": (C,), "lnfb": (C,),
+    }
 
 
 PRESETS: dict[str, GPT2Config] = {

@@ -17,9 +17,8 @@ from typing import Iterable
 
 import numpy as np
 
-from workbench.errors import TrainError
-
 from .config import GPT2Config
+from .errors import TrainError
 from .params import num_parameters
 
 HEADER_INTS = 256

@@ -2,9 +2,9 @@
 
 Nothing here touches the GPU. `Program` lists, for a config and a batch shape, every buffer the
 step needs and every call: which family, at which sizes, with which buffer slices bound to the
-family contract's arguments. `train/ops.py` runs the calls with the promoted CUDA kernels (and
+family contract's arguments. `train/backends.py` runs the calls with the promoted CUDA kernels (and
 captures them in a CUDA graph); its NumPy twin runs them with the families' references, so the
-wiring below is tested on a CPU against references/gpt2.py.
+wiring below is tested on a CPU against train/gpt2_numpy.py.
 
 Gradient conventions (the families' contracts): parameter gradients accumulate (+=), so `grads`
 is zeroed at the start of each step; layernorm_backward adds into its dinp, which is how the
@@ -21,8 +21,8 @@ from .params import layout
 
 
 @dataclass(frozen=True)
-class Ref:
-    """A slice of a named buffer: `elems` elements from `offset`."""
+class Slice:
+    """A slice of one of the program's buffers: `elems` elements from `offset`."""
 
     buffer: str
     offset: int
@@ -33,7 +33,7 @@ class Ref:
 class Call:
     family: str
     sizes: dict[str, int]
-    args: dict[str, Ref]
+    args: dict[str, Slice]
     params: dict[str, Any] = field(default_factory=dict)
     label: str = ""
 
@@ -42,12 +42,12 @@ class Call:
 class Zero:
     """Set a buffer slice to zero (gradients, accumulators)."""
 
-    ref: Ref
+    ref: Slice
     label: str = ""
 
 
 @dataclass(frozen=True)
-class BufferSpec:
+class BufferDecl:
     name: str
     elems: int
     dtype: str = "f32"
@@ -66,7 +66,7 @@ class Program:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
         self.config, self.B, self.T, self.attention, self.tf32 = config, B, T, attention, tf32
         self.layout = layout(config)
-        self.buffers: dict[str, BufferSpec] = {}
+        self.buffers: dict[str, BufferDecl] = {}
         self.forward: list[Call | Zero] = []
         self.loss: list[Call | Zero] = []
         self.backward: list[Call | Zero] = []
@@ -76,25 +76,25 @@ class Program:
     # -- buffers -----------------------------------------------------------------------------
     def _buf(self, name: str, elems: int, dtype: str = "f32", per_layer: bool = False) -> None:
         L = self.config.num_layers if per_layer else 1
-        self.buffers[name] = BufferSpec(name, elems * L, dtype)
+        self.buffers[name] = BufferDecl(name, elems * L, dtype)
 
-    def at(self, name: str, layer: int | None = None, elems: int | None = None) -> Ref:
+    def at(self, name: str, layer: int | None = None, elems: int | None = None) -> Slice:
         """A buffer, or one layer's slice of a per-layer buffer."""
         spec = self.buffers[name]
         if layer is None:
-            return Ref(name, 0, spec.elems if elems is None else elems)
+            return Slice(name, 0, spec.elems if elems is None else elems)
         per = spec.elems // self.config.num_layers
-        return Ref(name, layer * per, per)
+        return Slice(name, layer * per, per)
 
-    def param(self, name: str, layer: int | None = None, grads: bool = False) -> Ref:
+    def param(self, name: str, layer: int | None = None, grads: bool = False) -> Slice:
         t = self.layout[name]
         buf = "grads" if grads else "params"
         if layer is None:
-            return Ref(buf, t.offset, t.size)
+            return Slice(buf, t.offset, t.size)
         per = t.size // self.config.num_layers
-        return Ref(buf, t.offset + layer * per, per)
+        return Slice(buf, t.offset + layer * per, per)
 
-    def grad(self, name: str, layer: int | None = None) -> Ref:
+    def grad(self, name: str, layer: int | None = None) -> Slice:
         return self.param(name, layer, grads=True)
 
     # -- the step ----------------------------------------------------------------------------
@@ -108,7 +108,7 @@ class Program:
             self._buf(name, P)
         self._buf("tokens", BT, "i32")
         self._buf("targets", BT, "i32")
-        self._buf("hp", 6)
+        self._buf("optimizer_scalars", 6)  # [lr, beta1, beta2, eps, weight_decay, t]: adamw's hp
         self._buf("norm2", 1)
         self._buf("zeros", Vp)  # the lm head has no bias
         self._buf("encoded", BTC)
@@ -124,10 +124,10 @@ class Program:
 
         tf32 = {"tf32": int(self.tf32)}
         att_fwd, att_bwd = ATTENTION[self.attention]
-        lt = {"B": B, "T": T}
+        bt = {"B": B, "T": T}
 
         def mm(out, inp, w, b, c, oc, label):
-            return Call("matmul_forward", {**lt, "C": c, "OC": oc}, {"out": out, "inp": inp, "weight": w, "bias": b},
+            return Call("matmul_forward", {**bt, "C": c, "OC": oc}, {"out": out, "inp": inp, "weight": w, "bias": b},
                         tf32, label)
 
         def residual_of(l):  # the residual stream entering layer l
@@ -135,10 +135,10 @@ class Program:
 
         # forward
         f = self.forward
-        f.append(Call("encoder_forward", {**lt, "C": C, "V": Vp},
+        f.append(Call("encoder_forward", {**bt, "C": C, "V": Vp},
                       {"out": self.at("encoded"), "inp": self.at("tokens"), "wte": self.param("wte"),
-                       "wpe": Ref("params", self.layout["wpe"].offset, T * C)}, label="embed"))
-        f.append(Call("layernorm_forward", {**lt, "C": C},
+                       "wpe": Slice("params", self.layout["wpe"].offset, T * C)}, label="embed"))
+        f.append(Call("layernorm_forward", {**bt, "C": C},
                       {"out": self.at("ln1", 0), "mean": self.at("ln1_mean", 0), "rstd": self.at("ln1_rstd", 0),
                        "inp": self.at("encoded"), "weight": self.param("ln1w", 0), "bias": self.param("ln1b", 0)},
                       label="layer 0 ln1"))
@@ -148,17 +148,17 @@ class Program:
             att_args = {"out": self.at("atty", l), "qkv": self.at("qkv", l)}
             if self.attention == "softmax":
                 att_args["lse"] = self.at("lse", l)
-            f.append(Call(att_fwd, {**lt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
+            f.append(Call(att_fwd, {**bt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
             f.append(mm(self.at("attproj", l), self.at("atty", l), self.param("attprojw", l), self.param("attprojb", l),
                         C, C, f"layer {l} attproj"))
-            f.append(Call("fused_residual_forward", {**lt, "C": C},
+            f.append(Call("fused_residual_forward", {**bt, "C": C},
                           {"residual": self.at("residual2", l), "normed": self.at("ln2", l),
                            "mean": self.at("ln2_mean", l), "rstd": self.at("ln2_rstd", l),
                            "inp1": residual_of(l), "inp2": self.at("attproj", l),
                            "weight": self.param("ln2w", l), "bias": self.param("ln2b", l)}, label=f"layer {l} residual+ln2"))
             f.append(mm(self.at("fch", l), self.at("ln2", l), self.param("fcw", l), self.param("fcb", l), C, 4 * C,
                         f"layer {l} fc"))
-            f.append(Call("gelu_forward", {**lt, "C": 4 * C}, {"out": self.at("fch_gelu", l), "inp": self.at("fch", l)},
+            f.append(Call("gelu_forward", {**bt, "C": 4 * C}, {"out": self.at("fch_gelu", l), "inp": self.at("fch", l)},
                           label=f"layer {l} gelu"))
             f.append(mm(self.at("fcproj", l), self.at("fch_gelu", l), self.param("fcprojw", l), self.param("fcprojb", l),
                         4 * C, C, f"layer {l} fcproj"))
@@ -167,14 +167,14 @@ class Program:
                     "weight": self.param("lnfw"), "bias": self.param("lnfb")} if last else
                    {"normed": self.at("ln1", l + 1), "mean": self.at("ln1_mean", l + 1), "rstd": self.at("ln1_rstd", l + 1),
                     "weight": self.param("ln1w", l + 1), "bias": self.param("ln1b", l + 1)})
-            f.append(Call("fused_residual_forward", {**lt, "C": C},
+            f.append(Call("fused_residual_forward", {**bt, "C": C},
                           {"residual": self.at("residual3", l), "inp1": self.at("residual2", l),
                            "inp2": self.at("fcproj", l), **nxt},
                           label=f"layer {l} residual+" + ("lnf" if last else f"layer {l + 1} ln1")))
         f.append(mm(self.at("logits"), self.at("lnf"), self.param("wte"), self.at("zeros"), C, Vp, "lm head"))
 
         # loss: softmax + cross-entropy + dlogits in one pass, written over the logits
-        self.loss.append(Call("fused_classifier", {**lt, "V": V, "Vp": Vp},
+        self.loss.append(Call("fused_classifier", {**bt, "V": V, "Vp": Vp},
                               {"logits": self.at("logits"), "losses": self.at("losses"), "targets": self.at("targets")},
                               {"dloss": 1.0 / (B * T)}, "classifier"))
 
@@ -184,15 +184,15 @@ class Program:
         b.append(Zero(self.at("dresidual"), "zero dresidual"))
 
         def mm_back(dinp, dw, db, dout, inp, w, c, oc, label):
-            out = [Call("matmul_backward", {**lt, "C": c, "OC": oc},
+            out = [Call("matmul_backward", {**bt, "C": c, "OC": oc},
                         {"dinp": dinp, "dweight": dw, "dout": dout, "inp": inp, "weight": w}, tf32, label)]
             if db is not None:
-                out.append(Call("matmul_backward_bias", {**lt, "OC": oc}, {"dbias": db, "dout": dout},
+                out.append(Call("matmul_backward_bias", {**bt, "OC": oc}, {"dbias": db, "dout": dout},
                                 label=label + " bias"))
             return out
 
         def ln_back(dw, db, inp, w, mean, rstd, label):
-            return Call("layernorm_backward", {**lt, "C": C},
+            return Call("layernorm_backward", {**bt, "C": C},
                         {"dinp": self.at("dresidual"), "dweight": dw, "dbias": db, "dout": self.at("dln"),
                          "inp": inp, "weight": w, "mean": mean, "rstd": rstd}, label=label)
 
@@ -204,7 +204,7 @@ class Program:
             # dresidual holds d(residual3[l]): the MLP branch
             b += mm_back(self.at("dfch_gelu"), self.grad("fcprojw", l), self.grad("fcprojb", l), self.at("dresidual"),
                          self.at("fch_gelu", l), self.param("fcprojw", l), 4 * C, C, f"layer {l} fcproj")
-            b.append(Call("gelu_backward", {**lt, "C": 4 * C},
+            b.append(Call("gelu_backward", {**bt, "C": 4 * C},
                           {"dinp": self.at("dfch"), "inp": self.at("fch", l), "dout": self.at("dfch_gelu")},
                           label=f"layer {l} gelu"))
             b += mm_back(self.at("dln"), self.grad("fcw", l), self.grad("fcb", l), self.at("dfch"), self.at("ln2", l),
@@ -217,14 +217,14 @@ class Program:
             att_args = {"dqkv": self.at("dqkv"), "dout": self.at("datty"), "qkv": self.at("qkv", l)}
             if self.attention == "softmax":
                 att_args.update(out=self.at("atty", l), lse=self.at("lse", l))
-            b.append(Call(att_bwd, {**lt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
+            b.append(Call(att_bwd, {**bt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
             b += mm_back(self.at("dln"), self.grad("qkvw", l), self.grad("qkvb", l), self.at("dqkv"), self.at("ln1", l),
                          self.param("qkvw", l), C, 3 * C, f"layer {l} qkv")
             b.append(ln_back(self.grad("ln1w", l), self.grad("ln1b", l), residual_of(l), self.param("ln1w", l),
                              self.at("ln1_mean", l), self.at("ln1_rstd", l), f"layer {l} ln1"))
             # now dresidual holds d(residual entering layer l)
-        b.append(Call("encoder_backward", {**lt, "C": C, "V": Vp},
-                      {"dwte": self.grad("wte"), "dwpe": Ref("grads", self.layout["wpe"].offset, T * C),
+        b.append(Call("encoder_backward", {**bt, "C": C, "V": Vp},
+                      {"dwte": self.grad("wte"), "dwpe": Slice("grads", self.layout["wpe"].offset, T * C),
                        "dout": self.at("dresidual"), "inp": self.at("tokens")}, label="embed"))
 
         # update: clip by the global norm inside AdamW
@@ -232,7 +232,7 @@ class Program:
                                 label="grad norm"))
         self.update.append(Call("adamw", {"N": P},
                                 {"params": self.at("params"), "grads": self.at("grads"), "m": self.at("m"),
-                                 "v": self.at("v"), "hp": self.at("hp"), "norm2": self.at("norm2")},
+                                 "v": self.at("v"), "hp": self.at("optimizer_scalars"), "norm2": self.at("norm2")},
                                 {"max_norm": 1.0}, "adamw"))
 
     # -- views ---------------------------------------------------------------------------------
@@ -255,3 +255,22 @@ class Program:
 def flops_per_token(config: GPT2Config, T: int) -> int:
     """6N + 6LCT: the matmul FLOPs of forward + backward per token (attention included)."""
     return 6 * layout(config).total + 6 * config.num_layers * config.channels * T
+
+
+# The shapes the promoted kernels are checked at before the trainer may use them: GPT-2 124M at
+# the default batch (both attention kinds).
+PROMOTION_SHAPES = {"config": "d12", "B": 4, "T": 1024}
+
+
+def promotion_sizes(family_name: str, family_sizes: tuple[str, ...]) -> list[dict[str, int]]:
+    """Every size set the trainer calls `family_name` at, in the family's own size names: what
+    `workbench promote` re-checks a version at."""
+    from .config import preset
+    out: list[dict[str, int]] = []
+    for kind in ATTENTION:
+        program = Program(preset(PROMOTION_SHAPES["config"]), PROMOTION_SHAPES["B"], PROMOTION_SHAPES["T"], kind)
+        for sizes in program.family_sizes().get(family_name, []):
+            own = {k: v for k, v in sizes.items() if k in family_sizes}
+            if own not in out:
+                out.append(own)
+    return out

@@ -12,33 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.errors import TrainError
-
-from .config import GPT2Config
-
-# Checkpoint order; weights in PyTorch's (out, in) layout.
-PARAM_NAMES = ("wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-               "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb")
+from .config import PARAM_NAMES, GPT2Config, param_shapes  # noqa: F401  (re-exported)
+from .errors import TrainError
 
 # The projections that write into the residual stream: GPT-2 scales their init by 1/sqrt(2L) so
 # the stream's variance does not grow with depth.
 RESIDUAL_PROJECTIONS = ("attprojw", "fcprojw")
 LAYERNORM_WEIGHTS = ("ln1w", "ln2w", "lnfw")
 BIASES = ("ln1b", "qkvb", "attprojb", "ln2b", "fcb", "fcprojb", "lnfb")
-
-
-def param_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
-    Vp, C, L, maxT = config.padded_vocab_size, config.channels, config.num_layers, config.max_seq_len
-    return {
-        "wte": (Vp, C), "wpe": (maxT, C),
-        "ln1w": (L, C), "ln1b": (L, C),
-        "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C),
-        "attprojw": (L, C, C), "attprojb": (L, C),
-        "ln2w": (L, C), "ln2b": (L, C),
-        "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
-        "fcprojw": (L, C, 4 * C), "fcprojb": (L, C),
-        "lnfw": (C,), "lnfb": (C,),
-    }
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from workbench.errors import TrainError
-
 from . import formats
 from .config import EOT, GPT2_VOCAB, GPT2Config
+from .errors import TrainError
 from .params import layout
 
 TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"

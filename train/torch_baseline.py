@@ -1,5 +1,5 @@
 """The PyTorch baseline for `workbench train`, timed the same way in the same session:
-the same GPT-2 (references/gpt2_torch.py) with torch.compile, TF32 matmuls, flash attention
+the same GPT-2 (train/gpt2_torch.py) with torch.compile, TF32 matmuls, flash attention
 (SDPA), fused AdamW and the same clipping, on the same token file, B and T.
 
     python -m train.torch_baseline -b 4 -t 1024 --steps 50
@@ -16,7 +16,7 @@ import numpy as np
 def main(argv=None) -> dict:
     import torch
 
-    from references.gpt2_torch import GPT
+    from train.gpt2_torch import GPT
     from train.config import preset
     from train.params import fresh_init
     from train.trainer import Batches

@@ -18,10 +18,11 @@ from typing import Callable
 
 import numpy as np
 
-from workbench.errors import TrainError
+from workbench.timing import matmul_peak
 
 from . import formats
 from .config import EOT, GPT2Config, PRESETS, preset
+from .errors import TrainError
 from .model import Program, flops_per_token
 from .params import fresh_init
 
@@ -103,35 +104,6 @@ def load_model(init: str, seed: int) -> tuple[GPT2Config, np.ndarray, str]:
     return config, params, str(path)
 
 
-def measured_peak(tf32: bool) -> float:
-    """The matmul peak (TFLOP/s) measured on this device with cuBLASLt, cached like the copy
-    ceiling: MFU is against what this GPU does, never a table."""
-    import json
-
-    import pycuda.driver as drv
-
-    from workbench import libs
-    from workbench.compile import CACHE_DIR
-    from workbench.timing import device_key, measure
-    key = device_key()
-    name = f"{key['name']}|{key['pci']}|{key['driver']}|{'tf32' if tf32 else 'fp32'}"
-    cache = CACHE_DIR / "peak.json"
-    known = json.loads(cache.read_text()) if cache.exists() else {}
-    if name not in known:
-        n = 8192
-        a, b, c = (drv.mem_alloc(n * n * 4) for _ in range(3))
-        for buf in (a, b):
-            drv.memset_d32(buf, 0x3C23D70A, n * n)  # 0.01f: real, non-zero data
-        call = libs.gemm_lt(a=int(a), b=int(b), d=int(c), m=n, n=n, k=n, tf32=tf32)
-        t = measure(call, drv.Stream(), None, budget_s=1.0, min_reps=10, max_reps=50)
-        known[name] = 2 * n ** 3 / (t.median_us * 1e-6) / 1e12
-        for buf in (a, b, c):
-            buf.free()
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(known, indent=1))
-    return known[name]
-
-
 @dataclass
 class StepRecord:
     step: int
@@ -157,20 +129,20 @@ class Trainer:
         import pycuda.autoprimaryctx  # noqa: F401
         import pycuda.driver as drv
 
-        from .ops import GPUOps, Graph, PromotedSet
+        from .backends import Graph, KernelBackend, PromotedSet
         o, cfg = self.opts, self.config
         self.drv = drv
         if o.seq > cfg.max_seq_len:
             raise TrainError(f"-t {o.seq} is longer than the model's maximum sequence length {cfg.max_seq_len}")
         self.program = Program(cfg, o.batch, o.seq, o.attention, o.tf32)
-        self.ops = GPUOps(self.program, PromotedSet())
-        self.ops.upload("params", self.params.astype(np.float32))
+        self.backend = KernelBackend(self.program, PromotedSet())
+        self.backend.upload("params", self.params.astype(np.float32))
         self.stream = drv.Stream()
         BT = o.batch * o.seq
         # Pinned host buffers: the batch and the optimizer scalars go up asynchronously.
         self.x = drv.pagelocked_empty(BT, np.int32)
         self.y = drv.pagelocked_empty(BT, np.int32)
-        self.hp = drv.pagelocked_empty(6, np.float32)
+        self.optimizer_scalars = drv.pagelocked_empty(6, np.float32)
         self.losses = drv.pagelocked_empty(BT, np.float32)
         self.steps_graph = None
         self.eval_graph = None
@@ -179,20 +151,20 @@ class Trainer:
 
     # -- device work ---------------------------------------------------------------------------
     def _upload_batch(self) -> None:
-        s, ops = self.stream, self.ops
-        self.drv.memcpy_htod_async(ops.ptr(self.program.at("tokens")), self.x, s)
-        self.drv.memcpy_htod_async(ops.ptr(self.program.at("targets")), self.y, s)
+        s, backend = self.stream, self.backend
+        self.drv.memcpy_htod_async(backend.ptr(self.program.at("tokens")), self.x, s)
+        self.drv.memcpy_htod_async(backend.ptr(self.program.at("targets")), self.y, s)
 
     def _enqueue_step(self, stream) -> None:
         p = self.program
-        self.ops.run(p.forward + p.loss + p.backward + p.update, stream)
+        self.backend.run(p.forward + p.loss + p.backward + p.update, stream)
 
     def _enqueue_eval(self, stream) -> None:
         p = self.program
-        self.ops.run(p.forward + p.loss, stream)
+        self.backend.run(p.forward + p.loss, stream)
 
     def _enqueue_forward(self, stream) -> None:
-        self.ops.run(self.program.forward, stream)
+        self.backend.run(self.program.forward, stream)
 
     def capture(self) -> None:
         """One warm-up step uncaptured (library handles, first-launch costs), then the graphs."""
@@ -201,7 +173,7 @@ class Trainer:
         self.forward_graph = self._graph_cls(self.stream, self._enqueue_forward)
 
     def _mean_loss(self) -> float:
-        self.drv.memcpy_dtoh_async(self.losses, self.ops.ptr(self.program.at("losses")), self.stream)
+        self.drv.memcpy_dtoh_async(self.losses, self.backend.ptr(self.program.at("losses")), self.stream)
         self.stream.synchronize()
         return float(np.mean(self.losses, dtype=np.float64))
 
@@ -211,9 +183,9 @@ class Trainer:
         t0 = time.perf_counter()
         batches.next(self.x, self.y)
         lr = learning_rate(o, step, total)
-        self.hp[:] = (lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1)
+        self.optimizer_scalars[:] = (lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1)
         self._upload_batch()
-        self.drv.memcpy_htod_async(self.ops.ptr(self.program.at("hp")), self.hp, self.stream)
+        self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars")), self.optimizer_scalars, self.stream)
         if self.steps_graph is None:
             self._enqueue_step(self.stream)
         else:
@@ -246,14 +218,14 @@ class Trainer:
         for _ in range(min(n, o.seq - 1)):
             self.x[:] = EOT
             self.x[:len(tokens)] = tokens
-            self.drv.memcpy_htod_async(self.ops.ptr(self.program.at("tokens")), self.x, self.stream)
+            self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("tokens")), self.x, self.stream)
             if self.forward_graph is None:
                 self._enqueue_forward(self.stream)
             else:
                 self.forward_graph.launch(self.stream)
             row = np.empty(Vp, dtype=np.float32)
             t = len(tokens) - 1
-            self.drv.memcpy_dtoh_async(row, self.ops.ptr(self.program.at("logits")) + 4 * t * Vp, self.stream)
+            self.drv.memcpy_dtoh_async(row, self.backend.ptr(self.program.at("logits")) + 4 * t * Vp, self.stream)
             self.stream.synchronize()
             logits = row[:V].astype(np.float64)
             probs = np.exp(logits - logits.max())
@@ -263,8 +235,19 @@ class Trainer:
 
     def save(self, path: str) -> Path:
         self.stream.synchronize()
-        params = self.ops.download("params")
+        params = self.backend.download("params")
         return formats.write_checkpoint(path, self.config, params)
+
+
+def run_rows(o: TrainOptions, source: str, total: int, train_data: Batches, val_data: Batches | None) -> list[tuple[str, object]]:
+    """The run's parameters, as `workbench train` shows them before it starts."""
+    return [("train tokens (-i)", f"{o.train_tokens} ({train_data.tokens.size:,} tokens)"),
+            ("val tokens (-j)", f"{o.val_tokens}" + (f" ({val_data.tokens.size:,} tokens)" if val_data else " (off)")),
+            ("log (-o)", o.log or "-"), ("batch size (-b)", o.batch), ("sequence length (-t)", o.seq),
+            ("learning rate (-l)", o.lr), ("val every (-v)", o.val_every), ("val batches (-m)", o.val_batches),
+            ("sample every (-s)", o.sample_every), ("generate (-g)", o.gen_tokens), ("init", source),
+            ("steps", f"{total} ({train_data.per_epoch} per epoch)"), ("attention", o.attention),
+            ("save", o.save or "-")]
 
 
 def _decoder(train_tokens: str):
@@ -289,15 +272,15 @@ def train(opts: TrainOptions, ui) -> dict:
     train_data = Batches(opts.train_tokens, opts.batch, opts.seq)
     val_data = Batches(opts.val_tokens, opts.batch, opts.seq) if opts.val_every > 0 else None
     total = opts.steps if opts.steps is not None else train_data.per_epoch
-    ui.run_table(opts, source, total, train_data, val_data)
+    ui.run_table(run_rows(opts, source, total, train_data, val_data))
     ui.model_table(config)
     trainer = Trainer(opts, config, params)
-    peak = measured_peak(opts.tf32)
-    ui.device_table(opts.tf32, peak)
-    ui.memory_table(trainer.ops.memory())
+    peak = matmul_peak("tf32" if opts.tf32 else "fp32")
+    ui.device_line(trainer.drv.Context.get_device().name(), opts.tf32, peak)
+    ui.memory_table(trainer.backend.memory())
     decode = _decoder(opts.train_tokens)
     log = open(opts.log, "w") if opts.log else None
-    fpt = flops_per_token(config, opts.seq)
+    flops_per_tok = flops_per_token(config, opts.seq)
     summary = {"steps": 0, "losses": [], "val_losses": [], "stopped": None}
     interrupted = {"flag": False}
 
@@ -330,7 +313,7 @@ def train(opts: TrainOptions, ui) -> dict:
                 free, total_mem = trainer.drv.mem_get_info()
                 summary["gpu_memory_used"] = total_mem - free
             tps = opts.batch * opts.seq / (ms / 1e3)
-            rec = StepRecord(step + 1, loss, ms, tps, 100 * fpt * tps / (peak * 1e12), host_us, lr)
+            rec = StepRecord(step + 1, loss, ms, tps, 100 * flops_per_tok * tps / (peak * 1e12), host_us, lr)
             trainer.records.append(rec)
             summary["losses"].append(loss)
             summary["steps"] = step + 1
@@ -350,7 +333,7 @@ def train(opts: TrainOptions, ui) -> dict:
             path = trainer.save(opts.save)
             summary["saved"] = str(path)
             ui.note(f"saved {path}")
-    summary.update(timing(trainer.records), peak_tflops=peak, peak_memory=trainer.ops.memory(),
+    summary.update(timing(trainer.records), peak_tflops=peak, peak_memory=trainer.backend.memory(),
                    graph_nodes=getattr(trainer.steps_graph, "nodes", None))
     ui.summary(summary)
     return summary

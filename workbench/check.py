@@ -1,9 +1,15 @@
 """Check: draw inputs, run the NumPy reference, compare every output element.
 
-Nothing here touches the GPU: a `Case` (inputs + expected outputs for one size set and seed) is
-built on the host, the worker uploads it, poisons the outputs with NaN, launches the version and
-hands the downloaded outputs back to `compare`. A version passes a case only if every element of
-every output satisfies |ref - out| <= atol + rtol * |ref| (non-finite reference entries skipped).
+A `Case` (inputs + expected outputs for one size set, seed and precision) is built on the host;
+the worker uploads it, poisons the outputs with NaN, launches the version and compares every
+output on the device (`DeviceComparer`); only a failing output is downloaded and compared here
+(`compare`) for the details. A version passes a case only if every element of every output
+satisfies |ref - out| <= atol + rtol * |ref| (non-finite reference entries skipped).
+
+Precision: at bf16, the inputs the version reads as bf16 are rounded to bf16 *before* the
+reference runs, and the reference computes in float64 on those rounded values: the tolerance
+then measures the version's own arithmetic, not the rounding of its inputs. bf16 arrays are
+kept as their 16 raw bits (`to_storage` / `from_storage`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import numpy as np
 
 from . import expr
 from .errors import ContractError
-from .family import Arg, Family, Version
+from .family import DTYPES, Arg, Family
 
 INIT = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$")
 # What a poisoned int32 output holds: a kernel that never writes an element leaves this behind.
@@ -30,8 +36,9 @@ class Case:
 
     sizes: dict[str, int]
     seed: int
-    inputs: dict[str, np.ndarray]
-    expected: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray]     # as the device stores them (bf16: raw bits)
+    expected: dict[str, np.ndarray]   # float64 (float32 once saved)
+    precision: str = "fp32"
 
     @property
     def label(self) -> str:
@@ -64,11 +71,28 @@ class ArgReport:
                 "first": [m.__dict__ | {"index": list(m.index)} for m in self.first]}
 
 
+def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Values as the device stores them: bf16 as raw bits, rounded to nearest even."""
+    if dtype != "bf16":
+        return np.asarray(values).astype(DTYPES[dtype])
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    nan = np.isnan(values)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(nan, np.uint16(0x7FC0), rounded)
+
+
+def from_storage(stored: np.ndarray, dtype: str) -> np.ndarray:
+    """The values of a stored array (bf16 bits widened to float32; others as they are)."""
+    if dtype != "bf16":
+        return stored
+    return (np.asarray(stored, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 def draw(arg: Arg, shape: tuple[int, ...], env: Mapping[str, Any], rng: np.random.Generator) -> np.ndarray:
     """Draw one input as its contract's `init` says: normal(mu, sigma), uniform(lo, hi),
     randint(lo, hi) (hi exclusive), constant(x); `derived` inputs are left for `prepare`."""
     if arg.init == "derived":
-        return np.zeros(shape, dtype=arg.np_dtype)
+        return np.zeros(shape, dtype=np.float32 if arg.dtype == "bf16" else arg.np_dtype)
     m = INIT.match(arg.init or "")
     if not m:
         raise ContractError(f"input {arg.name}: cannot read init {arg.init!r} "
@@ -88,7 +112,7 @@ def draw(arg: Arg, shape: tuple[int, ...], env: Mapping[str, Any], rng: np.rando
         out = np.full(shape, values[0])
     else:
         raise ContractError(f"input {arg.name}: unknown init {kind!r}")
-    return out.astype(arg.np_dtype)
+    return out.astype(np.float32 if arg.dtype == "bf16" else arg.np_dtype)
 
 
 def _call_with(fn, available: Mapping[str, Any]):
@@ -104,23 +128,37 @@ def _call_with(fn, available: Mapping[str, Any]):
     return fn(**kwargs)
 
 
-def make_inputs(family: Family, sizes: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
+def make_inputs(family: Family, sizes: Mapping[str, int], seed: int, precision: str = "fp32") -> dict[str, np.ndarray]:
+    """The inputs as the device stores them at `precision` (same draws at every precision: a bf16
+    case holds the fp32 case's values rounded). Derived inputs are computed from the rounded ones."""
     env = family.env(sizes)
     rng = np.random.default_rng(seed)
-    inputs = {a.name: draw(a, family.shape(a, sizes), env, rng) for a in family.args if a.is_input}
+    args = {a.name: a for a in family.args_for(precision)}
+    inputs = {a.name: draw(a, family.shape(a, sizes), env, rng) for a in args.values() if a.is_input}
+    inputs = {k: _round(v, args[k].dtype) for k, v in inputs.items()}
     if family.prepare:
         prepare = getattr(family.reference_module, family.prepare)
         changed = _call_with(prepare, {**env, **inputs, "rng": rng})
         for name, value in changed.items():
-            arg = family.arg(name)
-            inputs[name] = np.ascontiguousarray(value, dtype=arg.np_dtype).reshape(family.shape(arg, sizes))
-    return inputs
+            arg = args[name] if name in args else family.arg(name)
+            wide = np.float32 if arg.dtype == "bf16" else arg.np_dtype
+            inputs[name] = _round(np.ascontiguousarray(value, dtype=wide).reshape(family.shape(arg, sizes)), arg.dtype)
+    return {k: to_storage(v, args[k].dtype) if args[k].dtype == "bf16" else v for k, v in inputs.items()}
 
 
-def run_reference(family: Family, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The reference in float64 on copies of the inputs; returns every output by name."""
+def _round(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded to what a bf16 buffer can hold (still float32)."""
+    return from_storage(to_storage(values, "bf16"), "bf16") if dtype == "bf16" else values
+
+
+def run_reference(family: Family, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray],
+                  precision: str = "fp32") -> dict[str, np.ndarray]:
+    """The reference in float64 on copies of the inputs (as stored: bf16 bits are widened);
+    returns every output by name."""
     env = family.env(sizes)
-    wide = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v.astype(np.int64)) for k, v in inputs.items()}
+    dtypes = {a.name: a.dtype for a in family.args_for(precision)}
+    values = {k: from_storage(v, dtypes.get(k, "f32")) for k, v in inputs.items()}
+    wide = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v.astype(np.int64)) for k, v in values.items()}
     result = _call_with(family.reference, {**env, **wide})
     if not isinstance(result, dict):
         raise ContractError(f"{family.name}: the reference must return a dict of outputs by name")
@@ -139,15 +177,15 @@ def run_reference(family: Family, sizes: Mapping[str, int], inputs: Mapping[str,
     return expected
 
 
-def make_case(family: Family, sizes: Mapping[str, int], seed: int) -> Case:
-    inputs = make_inputs(family, sizes, seed)
-    return Case(dict(sizes), seed, inputs, run_reference(family, sizes, inputs))
+def make_case(family: Family, sizes: Mapping[str, int], seed: int, precision: str = "fp32") -> Case:
+    inputs = make_inputs(family, sizes, seed, precision)
+    return Case(dict(sizes), seed, inputs, run_reference(family, sizes, inputs, precision), precision)
 
 
 def poison(arg: Arg, shape: tuple[int, ...]) -> np.ndarray:
     """What an output buffer holds before a launch: NaN (or a sentinel for integers)."""
-    if arg.dtype == "f32":
-        return np.full(shape, np.nan, dtype=np.float32)
+    if arg.dtype in ("f32", "bf16"):
+        return to_storage(np.full(shape, np.nan, dtype=np.float32), arg.dtype)
     return np.full(shape, INT_POISON, dtype=arg.np_dtype)
 
 
@@ -159,6 +197,7 @@ def dim_names(arg: Arg) -> list[str]:
 
 def compare(arg: Arg, expected: np.ndarray, got: np.ndarray, atol: float, rtol: float,
             show: int = 5) -> ArgReport:
+    """`got` holds values (bf16 already widened: see from_storage)."""
     got64 = np.asarray(got, dtype=np.float64).reshape(expected.shape)
     finite = np.isfinite(expected)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -182,13 +221,10 @@ def compare(arg: Arg, expected: np.ndarray, got: np.ndarray, atol: float, rtol: 
     return report
 
 
-def compare_all(version: Version, case: Case, outputs: Mapping[str, np.ndarray]) -> list[ArgReport]:
-    reports = []
-    for arg in version.family.args:
-        if arg.is_output:
-            atol, rtol = version.tolerance(arg)
-            reports.append(compare(arg, case.expected[arg.name], outputs[arg.name], atol, rtol))
-    return reports
+def compare_all(args: list[Arg], tolerance, case: Case, outputs: Mapping[str, np.ndarray]) -> list[ArgReport]:
+    """Compare each of `args` (outputs, as values) with the case's expected values;
+    `tolerance(arg)` gives (atol, rtol)."""
+    return [compare(arg, case.expected[arg.name], outputs[arg.name], *tolerance(arg)) for arg in args]
 
 
 def save_case(case: Case, folder) -> None:
@@ -202,7 +238,7 @@ def save_case(case: Case, folder) -> None:
         np.save(folder / f"in_{name}.npy", value)
     for name, value in case.expected.items():
         np.save(folder / f"exp_{name}.npy", value.astype(np.float32))
-    (folder / "meta.json").write_text(json.dumps({"sizes": case.sizes, "seed": case.seed}))
+    (folder / "meta.json").write_text(json.dumps({"sizes": case.sizes, "seed": case.seed, "precision": case.precision}))
 
 
 def load_case(folder) -> Case:
@@ -212,7 +248,7 @@ def load_case(folder) -> Case:
     meta = json.loads((folder / "meta.json").read_text())
     inputs = {p.stem[3:]: np.load(p, mmap_mode="r") for p in sorted(folder.glob("in_*.npy"))}
     expected = {p.stem[4:]: np.load(p, mmap_mode="r") for p in sorted(folder.glob("exp_*.npy"))}
-    return Case(meta["sizes"], meta["seed"], inputs, expected)
+    return Case(meta["sizes"], meta["seed"], inputs, expected, meta.get("precision", "fp32"))
 
 
 # -- on the device -------------------------------------------------------------------------------
@@ -220,6 +256,11 @@ def load_case(folder) -> Case:
 # seed would dominate a bench. The same test runs on the GPU; only a failing output is downloaded,
 # to report its first mismatches in the op's coordinates with `compare` above.
 COMPARE_KERNEL = r"""
+struct Bf16Bits {  // a bf16 read as its bits, widened exactly to float (no cuda_bf16.h needed)
+    unsigned short bits;
+    __device__ operator double() const { return (double)__uint_as_float((unsigned int)bits << 16); }
+};
+
 template <typename T>
 __device__ void compare_elements(const T* got, const float* expected, long long n, double atol,
                                  double rtol, unsigned long long* bad, unsigned int* max_abs,
@@ -255,6 +296,12 @@ extern "C" __global__ void compare_f32(const float* got, const float* expected, 
     compare_elements<float>(got, expected, n, atol, rtol, bad, max_abs, max_rel);
 }
 
+extern "C" __global__ void compare_bf16(const unsigned short* got, const float* expected, long long n, double atol,
+                                        double rtol, unsigned long long* bad, unsigned int* max_abs,
+                                        unsigned int* max_rel) {
+    compare_elements<Bf16Bits>(reinterpret_cast<const Bf16Bits*>(got), expected, n, atol, rtol, bad, max_abs, max_rel);
+}
+
 extern "C" __global__ void compare_i32(const int* got, const float* expected, long long n, double atol,
                                        double rtol, unsigned long long* bad, unsigned int* max_abs,
                                        unsigned int* max_rel) {
@@ -272,7 +319,7 @@ class DeviceComparer:
         from .compile import harness_module
         self.drv = drv
         module = harness_module(COMPARE_KERNEL)
-        self.kernels = {"f32": module.get_function("compare_f32"), "i32": module.get_function("compare_i32")}
+        self.kernels = {dt: module.get_function(f"compare_{dt}") for dt in ("f32", "i32", "bf16")}
         for k in self.kernels.values():
             k.prepare("PPqddPPP")
         self.stats = drv.mem_alloc(16)

@@ -32,7 +32,3 @@ class NoGPU(WorkbenchError):
 class CompileError(WorkbenchError):
     """nvcc rejected a version; the message holds its diagnostics against the version's file."""
 
-
-class TrainError(WorkbenchError):
-    """A trainer input (checkpoint, token, tokenizer or debug-state file, data set, model) that is
-    missing or malformed; the message names the file, what was expected and what was found."""

@@ -16,8 +16,10 @@ there is one description of how a version is launched. kernels/README.md documen
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+import math
 import re
 import sys
 import tomllib
@@ -30,7 +32,13 @@ from . import expr
 from .errors import ContractError, SizesError, UnknownName
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DTYPES = {"f32": "float32", "i32": "int32"}
+# Element types of a buffer and their NumPy storage: bf16 is kept as its 16 raw bits (NumPy has no
+# bfloat16); check.py converts to and from float32.
+DTYPES = {"f32": "float32", "i32": "int32", "bf16": "uint16"}
+FLOAT_DTYPES = ("f32", "bf16")
+# The precisions a version may be written for. fp32 is every family's own (the args as declared);
+# a family lists the others it supports in its contract ([precisions.bf16]).
+PRECISIONS = ("fp32", "bf16")
 ROLES = ("in", "out", "inout")
 # Names a launch may use besides the sizes: the swept block size and the device's SM count.
 DEVICE_NAMES = {"block_size", "SMS"}
@@ -92,7 +100,21 @@ class Scratch:
 
 
 @dataclass(frozen=True)
-class Step:
+class Precision:
+    """A precision the family supports besides fp32: which arguments change element type (the
+    rest keep theirs: e.g. a bf16 layernorm still writes fp32 mean and rstd), the tolerance, and
+    optionally the bytes moved and the PyTorch equivalent at that precision."""
+
+    name: str
+    args: dict[str, str]               # argument -> its dtype at this precision
+    atol: float
+    rtol: float
+    bytes: str | None = None           # default: every argument's elements at their width
+    torch: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchStep:
     """One launch step of a version: a kernel, a memset or a library call."""
 
     kind: str                      # "kernel" | "memset" | "library"
@@ -117,14 +139,20 @@ class Version:
     preconditions: tuple[str, ...]
     block_sizes: tuple[int | None, ...]
     scratch: tuple[Scratch, ...]
-    steps: tuple[Step, ...]
+    steps: tuple[LaunchStep, ...]
     atol: float | None = None
     rtol: float | None = None
     derived: dict[str, str] = field(default_factory=dict)
+    precision: str = "fp32"
 
     @property
     def label(self) -> str:
         return f"{self.family.name} {self.number}"
+
+    @property
+    def args(self) -> list[Arg]:
+        """The op's arguments with their element types at this version's precision."""
+        return self.family.args_for(self.precision)
 
     @property
     def source(self) -> str:
@@ -141,8 +169,12 @@ class Version:
                 if not expr.evaluate(p, env)]
 
     def tolerance(self, arg: Arg) -> tuple[float, float]:
-        atol = arg.atol if arg.atol is not None else self.atol if self.atol is not None else self.family.atol
-        rtol = arg.rtol if arg.rtol is not None else self.rtol if self.rtol is not None else self.family.rtol
+        """The argument's own tolerance, else this version's, else the family's at its precision."""
+        atol, rtol = self.family.tolerance(arg, self.precision)
+        if arg.atol is None and self.atol is not None:
+            atol = self.atol
+        if arg.rtol is None and self.rtol is not None:
+            rtol = self.rtol
         return atol, rtol
 
 
@@ -169,6 +201,8 @@ class Family:
     prepare: str | None
     args: tuple[Arg, ...]
     seeds: tuple[int, ...] = (0, 1, 2)
+    precisions: dict[str, Precision] = field(default_factory=dict)
+    default_precision = "fp32"
 
     # -- sizes ---------------------------------------------------------------------------
     def env(self, sizes: Mapping[str, int], block_size: int | None = None) -> dict[str, Any]:
@@ -216,8 +250,37 @@ class Family:
     def shape(self, arg: Arg, sizes: Mapping[str, int]) -> tuple[int, ...]:
         return expr.evaluate_shape(arg.shape, self.env(sizes))
 
-    def bytes_moved(self, sizes: Mapping[str, int]) -> int:
-        return expr.evaluate_int(self.bytes, self.env(sizes), "bytes")
+    def bytes_moved(self, sizes: Mapping[str, int], precision: str = "fp32") -> int:
+        """The bytes that must move: each input read once, each output written once."""
+        p = self.precisions.get(precision)
+        if p is None:
+            return expr.evaluate_int(self.bytes, self.env(sizes), "bytes")
+        if p.bytes is not None:
+            return expr.evaluate_int(p.bytes, self.env(sizes), "bytes")
+        itemsize = {"f32": 4, "i32": 4, "bf16": 2}
+        return sum(int(_prod(self.shape(a, sizes))) * itemsize[a.dtype] * (2 if a.role == "inout" else 1)
+                   for a in self.args_for(precision))
+
+    # -- precisions ---------------------------------------------------------------------------
+    def precision_names(self) -> list[str]:
+        return ["fp32", *self.precisions]
+
+    def args_for(self, precision: str = "fp32") -> list[Arg]:
+        """The arguments with their element types at `precision`."""
+        if precision == "fp32":
+            return list(self.args)
+        p = self.precisions[precision]
+        return [dataclasses.replace(a, dtype=p.args[a.name]) if a.name in p.args else a for a in self.args]
+
+    def tolerance(self, arg: Arg, precision: str = "fp32") -> tuple[float, float]:
+        p = self.precisions.get(precision)
+        atol, rtol = (p.atol, p.rtol) if p else (self.atol, self.rtol)
+        return (arg.atol if arg.atol is not None and not p else atol,
+                arg.rtol if arg.rtol is not None and not p else rtol)
+
+    def torch_expression(self, precision: str = "fp32") -> str | None:
+        p = self.precisions.get(precision)
+        return p.torch if p and p.torch else (self.torch if not p else None)
 
     def flops_done(self, sizes: Mapping[str, int]) -> int | None:
         return None if self.flops is None else int(expr.evaluate(self.flops, self.env(sizes)))
@@ -269,6 +332,10 @@ class Family:
         return fn
 
 
+def _prod(shape) -> int:
+    return math.prod(shape)
+
+
 def _sizes_table(value: Any, sizes: tuple[str, ...], where: str) -> dict[str, int]:
     if not isinstance(value, dict) or set(value) != set(sizes) or not all(
             isinstance(v, int) and v > 0 for v in value.values()):
@@ -287,7 +354,7 @@ def load_family(project: "Project", path: Path) -> Family:
         raise ContractError(f"{path}: a family folder needs a family.toml contract") from None
     _no_extra(data, {"title", "summary", "sizes", "derived", "params", "default_sizes",
                      "test_sizes", "preconditions", "tolerance", "bytes", "flops", "torch",
-                     "torch_outputs", "reference", "prepare", "args", "seeds"}, where)
+                     "torch_outputs", "reference", "prepare", "args", "seeds", "precisions"}, where)
     sizes = tuple(_want(data, "sizes", list, where))
     if not sizes or not all(isinstance(s, str) and s.isidentifier() for s in sizes):
         raise ContractError(f"{where}: 'sizes' must list the size parameters' names")
@@ -349,6 +416,28 @@ def load_family(project: "Project", path: Path) -> Family:
                                 f"{', '.join(sorted(unknown))}")
     for name in fam.torch_outputs:
         fam.arg(name)
+    for pname, spec in _want(data, "precisions", dict, where, {}).items():
+        w = f"{where} [precisions.{pname}]"
+        if pname not in PRECISIONS or pname == "fp32":
+            raise ContractError(f"{w}: precision must be one of {', '.join(p for p in PRECISIONS if p != 'fp32')}")
+        if not isinstance(spec, dict):
+            raise ContractError(f"{w}: expected a table with args and tolerance")
+        _no_extra(spec, {"args", "tolerance", "bytes", "torch"}, w)
+        changed = _want(spec, "args", (list, dict), w)
+        changed = {n: pname for n in changed} if isinstance(changed, list) else dict(changed)
+        for n, dt in changed.items():
+            arg = fam.arg(n)
+            if arg.dtype not in FLOAT_DTYPES or dt not in FLOAT_DTYPES:
+                raise ContractError(f"{w}: only float arguments change type; {n} is {arg.dtype}, asked {dt}")
+        ptol = _want(spec, "tolerance", dict, w)
+        _no_extra(ptol, {"atol", "rtol"}, f"{w} tolerance")
+        fam.precisions[pname] = Precision(
+            pname, changed, atol=float(_want(ptol, "atol", (int, float), w)), rtol=float(_want(ptol, "rtol", (int, float), w)),
+            bytes=None if "bytes" not in spec else str(spec["bytes"]), torch=_want(spec, "torch", str, w, None))
+        if fam.precisions[pname].bytes:
+            unknown = expr.names(fam.precisions[pname].bytes) - known
+            if unknown:
+                raise ContractError(f"{w}: bytes uses unknown name(s) {', '.join(sorted(unknown))}")
     for sz in (fam.default_sizes, *fam.test_sizes):
         try:
             fam.check_sizes(sz)
@@ -381,12 +470,18 @@ def load_version(family: Family, number: int, path: Path) -> Version:
     where = str(path)
     h = parse_header(path)
     _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
-                  "tolerance", "derived"}, where)
+                  "tolerance", "derived", "precision"}, where)
+    precision = _want(h, "precision", str, where, "fp32")
+    if precision != "fp32" and precision not in family.precisions:
+        raise ContractError(f"{where}: precision {precision!r} is not one the family's contract lists "
+                            f"({', '.join(family.precision_names())}): add [precisions.{precision}] to family.toml")
     derived = {k: str(v) for k, v in _want(h, "derived", dict, where, {}).items()}
     scratch = []
     for name, spec in _want(h, "scratch", dict, where, {}).items():
         if isinstance(spec, dict):
             _no_extra(spec, {"size", "dtype"}, f"{where} scratch.{name}")
+            if spec.get("dtype", "f32") not in DTYPES:
+                raise ContractError(f"{where} scratch.{name}: dtype must be one of {', '.join(DTYPES)}")
             scratch.append(Scratch(name, str(_want(spec, "size", (str, int), where)),
                                    _want(spec, "dtype", str, where, "f32")))
         else:
@@ -402,18 +497,18 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         when = _want(s, "when", str, w, None)
         if kind == "kernel":
             _no_extra(s, {"kernel", "grid", "block", "shared", "args", "when"}, w)
-            step = Step("kernel", _want(s, "kernel", str, w), grid=_exprs(_want(s, "grid", (str, int, list), w), w),
+            step = LaunchStep("kernel", _want(s, "kernel", str, w), grid=_exprs(_want(s, "grid", (str, int, list), w), w),
                         block=_exprs(_want(s, "block", (str, int, list), w), w),
                         shared=str(_want(s, "shared", (str, int), w, "0")),
                         args=tuple(str(a) for a in _want(s, "args", list, w)), when=when)
         elif kind == "memset":
             _no_extra(s, {"memset", "value", "when"}, w)
-            step = Step("memset", _want(s, "memset", str, w), value=str(_want(s, "value", (str, int, float), w, "0")), when=when)
+            step = LaunchStep("memset", _want(s, "memset", str, w), value=str(_want(s, "value", (str, int, float), w, "0")), when=when)
             if step.name not in buffers:
                 raise ContractError(f"{w}: memset of unknown buffer {step.name!r}")
         else:
             params = {k: v for k, v in s.items() if k not in ("library", "when")}
-            step = Step("library", _want(s, "library", str, w), params=tuple(params.items()), when=when)
+            step = LaunchStep("library", _want(s, "library", str, w), params=tuple(params.items()), when=when)
         steps.append(step)
     block_sizes = _want(h, "block_sizes", list, where, [])
     uses_block = any("block_size" in str(x) for st in steps for x in (*st.grid, *st.block, st.shared, *st.args)) \
@@ -428,7 +523,7 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         changed=_want(h, "changed", str, where, "").strip(), why=_want(h, "why", str, where, "").strip(),
         preconditions=tuple(_want(h, "preconditions", list, where, [])),
         block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
-        atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived)
+        atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived, precision=precision)
     known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES | set(derived)
     texts = [*v.preconditions, *(s.size for s in scratch), *derived.values()]
     for st in steps:

@@ -1,17 +1,24 @@
-"""Isolation: run one GPU job in a child process, with a timeout, and never let it take us down.
+"""Isolation: run GPU jobs in child processes, with a timeout, and never let one take us down.
 
 A crash (illegal address, launch failure, segfault), a hang or an exception in the child comes
 back as that job's result: {"status": "crashed" | "timed_out" | ..., "reason": "..."}.
+
+* `run_job` starts a fresh child for one job: what every version gets, so one version's broken
+  context or corrupted memory cannot touch the next one.
+* `Server` keeps one child alive across jobs (the baselines: torch loads once per bench); a job
+  that crashes or hangs it is reported the same way, and the next job gets a new child.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .family import PROJECT_ROOT
@@ -19,33 +26,109 @@ from .family import PROJECT_ROOT
 DEFAULT_TIMEOUT = 120.0
 
 
-def run_job(job: dict, timeout: float = DEFAULT_TIMEOUT) -> dict:
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _write_request(tmp: str, job: dict) -> tuple[Path, Path]:
+    req, out = Path(tmp) / "request.json", Path(tmp) / "result.json"
+    req.write_text(json.dumps({**job, "result": str(out)}))
+    return req, out
+
+
+def run_job(job: dict, timeout: float = DEFAULT_TIMEOUT, prefix: list[str] | None = None) -> dict:
+    """One job in a fresh child; `prefix` wraps the command (e.g. compute-sanitizer)."""
     with tempfile.TemporaryDirectory(prefix="workbench-job-") as tmp:
-        req = Path(tmp) / "request.json"
-        out = Path(tmp) / "result.json"
-        req.write_text(json.dumps({**job, "result": str(out)}))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-        proc = subprocess.Popen([sys.executable, "-m", "workbench.worker", str(req)],
+        req, out = _write_request(tmp, job)
+        proc = subprocess.Popen([*(prefix or []), sys.executable, "-m", "workbench.worker", str(req)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True)
+                                env=_env(), start_new_session=True)
         try:
-            _, stderr = proc.communicate(timeout=timeout)
+            stdout, stderr = proc.communicate(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            _, stderr = proc.communicate()
+            stdout, stderr = proc.communicate()
             timed_out = True
-        result = _read(out)
-        if timed_out:
-            phase = result.get("phase")
-            result.update(status="timed_out",
-                          reason=f"timed out after {timeout:g} s" + (f" (during {phase})" if phase else ""))
-        elif result.get("status") in (None, "started"):
-            result.update(status="crashed", reason=_crash_reason(proc.returncode, stderr, result.get("phase")))
-        if stderr and result.get("status") not in ("passed",):
-            result.setdefault("stderr", stderr[-4000:])
+        result = _finish(_read(out), timed_out, timeout, proc.returncode, stderr)
+        result["_stdout"] = stdout
         return result
+
+
+class Server:
+    """A long-lived child running jobs one at a time (`python -m workbench.worker --serve`)."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
+        self._n = 0
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen([sys.executable, "-m", "workbench.worker", "--serve"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+        return self.proc
+
+    def run(self, job: dict, timeout: float = DEFAULT_TIMEOUT) -> dict:
+        self._n += 1
+        folder = Path(self._tmp.name) / str(self._n)
+        folder.mkdir()
+        req, out = _write_request(str(folder), job)
+        try:
+            proc = self._start()
+            proc.stdin.write(f"{req}\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):  # it was on its way out (after a crash): start another
+            self.proc = None
+            proc = self._start()
+            proc.stdin.write(f"{req}\n")
+            proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        answered = timed_out = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([proc.stdout], [], [], left)
+            if ready:
+                line = proc.stdout.readline()
+                answered = line == "done\n"
+                break
+        stderr = ""
+        if not answered:  # hung or died: this child is done for
+            if timed_out:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            stderr = proc.stderr.read()
+            self.proc = None
+        elif proc.poll() is not None:  # answered, then exited (it does after a crashed context)
+            self.proc = None
+        return _finish(_read(out), timed_out, timeout, proc.returncode if not answered else 0, stderr)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc = None
+        self._tmp.cleanup()
+
+
+def _finish(result: dict, timed_out: bool, timeout: float, code: int | None, stderr: str) -> dict:
+    if timed_out:
+        phase = result.get("phase")
+        result.update(status="timed_out", reason=f"timed out after {timeout:g} s" + (f" (during {phase})" if phase else ""))
+    elif result.get("status") in (None, "started"):
+        result.update(status="crashed", reason=_crash_reason(code, stderr, result.get("phase")))
+    if stderr and result.get("status") != "passed":
+        result.setdefault("stderr", stderr[-4000:])
+    return result
 
 
 def _read(path: Path) -> dict:
@@ -62,6 +145,6 @@ def _crash_reason(code: int | None, stderr: str, phase: str | None) -> str:
         except ValueError:
             what = f"killed by signal {-code}"
     else:
-        lines = [l for l in (stderr or "").strip().splitlines() if l.strip()]
+        lines = [line for line in (stderr or "").strip().splitlines() if line.strip()]
         what = lines[-1] if lines else f"exited with status {code}"
     return what + (f" (during {phase})" if phase else "")

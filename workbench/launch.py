@@ -18,7 +18,7 @@ from . import expr
 from .errors import ContractError
 from .family import ARG_TYPES, BUFFER_OFFSET, Version
 
-ITEMSIZE = {"f32": 4, "i32": 4}
+ITEMSIZE = {"f32": 4, "i32": 4, "bf16": 2}
 MAX_STATIC_SHARED = 48 * 1024
 
 
@@ -27,8 +27,8 @@ class LaunchConfigError(ContractError):
 
 
 @dataclass(frozen=True)
-class Buffer:
-    """A device allocation (or a slice of one) the plan may point at."""
+class DeviceBuffer:
+    """A device allocation (or a slice of one) a plan may point at: its address, size and element type."""
 
     ptr: int
     nbytes: int
@@ -85,7 +85,7 @@ class Plan:
             step(stream)
 
 
-def _resolve(text: Any, env: Mapping[str, Any], buffers: Mapping[str, Buffer]) -> tuple[str, Any]:
+def _resolve(text: Any, env: Mapping[str, Any], buffers: Mapping[str, DeviceBuffer]) -> tuple[str, Any]:
     """A kernel argument → (struct type char, value). Buffers become pointers."""
     if isinstance(text, bool):
         return "i", int(text)
@@ -112,7 +112,7 @@ def _resolve(text: Any, env: Mapping[str, Any], buffers: Mapping[str, Buffer]) -
     return "f", float(value)
 
 
-def resolve_value(text: Any, env: Mapping[str, Any], buffers: Mapping[str, Buffer]) -> Any:
+def resolve_value(text: Any, env: Mapping[str, Any], buffers: Mapping[str, DeviceBuffer]) -> Any:
     """A library-call parameter: buffers become pointers, expressions values, others pass."""
     if isinstance(text, (bool, int, float)):
         return text
@@ -125,11 +125,11 @@ def _dims(texts: tuple[str, ...], env: Mapping[str, Any], what: str) -> tuple[in
 
 
 def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: int | None,
-               buffers: Mapping[str, Buffer], params: Mapping[str, Any] | None = None,
+               buffers: Mapping[str, DeviceBuffer], params: Mapping[str, Any] | None = None,
                resources: Mapping[str, Any] | None = None) -> Plan:
     """Prepare every step of `version` for these sizes, block size and buffers."""
     import pycuda.driver as drv
-    from . import libs
+    from . import library_calls
 
     env = launch_env(version, sizes, block_size, params)
     plan = Plan(version, block_size)
@@ -147,14 +147,16 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
         elif step.kind == "memset":
             buf = buffers[step.name]
             bits = _word(expr.evaluate(step.value, env), buf.dtype)
-            count = buf.nbytes // 4
-
-            def memset(stream, ptr=buf.ptr, bits=bits, count=count):
-                drv.memset_d32_async(ptr, bits, count, stream)
+            if buf.dtype == "bf16":  # 16-bit elements: an odd count must not be rounded to words
+                def memset(stream, ptr=buf.ptr, bits=bits & 0xFFFF, count=buf.nbytes // 2):
+                    drv.memset_d16_async(ptr, bits, count, stream)
+            else:
+                def memset(stream, ptr=buf.ptr, bits=bits, count=buf.nbytes // 4):
+                    drv.memset_d32_async(ptr, bits, count, stream)
             plan.steps.append(memset)
             plan.described.append(f"memset {step.name}")
         else:
-            fn = libs.get(step.name)
+            fn = library_calls.get(step.name)
             kwargs = {k: resolve_value(v, env, buffers) for k, v in step.params}
             plan.steps.append(fn(**kwargs))
             plan.described.append(f"{step.name}({', '.join(k for k, _ in step.params)})")
@@ -165,8 +167,12 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
 
 
 def _word(value: Any, dtype: str) -> int:
+    """The 32-bit pattern a memset fills with: the value in the buffer's element type (bf16: twice)."""
     if dtype == "f32":
         return struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    if dtype == "bf16":
+        half = struct.unpack("<I", struct.pack("<f", float(value)))[0] >> 16
+        return half | (half << 16)
     return int(value) & 0xFFFFFFFF
 
 

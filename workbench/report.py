@@ -1,12 +1,10 @@
-"""Report: rich tables for `run` and `bench`, and the JSON file, from result dicts.
-
-Everything here is a pure function of recorded results, so it is tested without a GPU.
+"""Report: everything the CLI shows, rendered with rich from typed records (results.py), the
+contract (family.py) and the trainer's figures. Pure functions of what they are given, so they
+are tested without a GPU.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Iterable
 
 from rich.console import Group
@@ -15,10 +13,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .family import Family, Version
+from .results import FamilyResult, Row
+
 STATUS_STYLE = {"passed": "green", "failed": "bold red", "crashed": "bold red", "timed_out": "bold red",
                 "compile_error": "bold red", "error": "bold red", "refused": "yellow",
                 "unavailable": "dim", "no_gpu": "bold red"}
-
 
 # A memory-bound kernel above this share of the copy ceiling is suspect when its bytes could fit
 # in L2 (a few times its size): some may have been served by, or left in, L2 instead of DRAM.
@@ -36,6 +36,7 @@ def l2_suspect(pct: float, nbytes: float | None, l2_bytes: float | None) -> bool
     return nbytes is None or not l2_bytes or nbytes < L2_SUSPECT_FACTOR * l2_bytes
 
 
+# -- numbers -----------------------------------------------------------------------------------
 def fmt_us(us: float | None) -> str:
     if us is None:
         return "-"
@@ -55,32 +56,29 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def status_text(res: dict) -> Text:
-    status = res.get("status", "?")
-    label = {"timed_out": "timed out", "compile_error": "compile error"}.get(status, status)
-    return Text(label, style=STATUS_STYLE.get(status, ""))
-
-
-def reason_line(res: dict) -> str:
-    status = res.get("status")
-    if status == "passed":
-        return ""
-    if status == "failed" and not res.get("reason"):
-        bad = first_failure(res)
-        if bad:
-            arg = next(a for a in bad["args"] if not a["ok"])
-            return (f"{arg['name']} wrong at {_sizes(bad['sizes'])} seed {bad['seed']} block {bad['block_size']}"
-                    f" ({bad['when']}): {arg['bad']}/{arg['total']} elements, max abs err {arg['max_abs']:.3g}")
-    return str(res.get("reason", ""))
+def fmt_block(bs: int | None) -> str:
+    return "-" if bs is None else str(bs)
 
 
 def _sizes(sizes: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sizes.items())
 
 
-def first_failure(res: dict) -> dict | None:
-    failures = res.get("failures") or []
-    return failures[0] if failures else None
+# -- a row's status -----------------------------------------------------------------------------
+def status_text(row: Row) -> Text:
+    label = {"timed_out": "timed out", "compile_error": "compile error"}.get(row.status, row.status)
+    return Text(label, style=STATUS_STYLE.get(row.status, ""))
+
+
+def reason_line(row: Row) -> str:
+    if row.passed:
+        return ""
+    if row.status == "failed" and not row.reason and row.failures:
+        bad = row.failures[0]
+        arg = next(a for a in bad["args"] if not a["ok"])
+        return (f"{arg['name']} wrong at {_sizes(bad['sizes'])} seed {bad['seed']} block {fmt_block(bad['block_size'])}"
+                f" ({bad['when']}): {arg['bad']}/{arg['total']} elements, max abs err {arg['max_abs']:.3g}")
+    return str(row.reason or "")
 
 
 def device_line(meta: dict) -> str:
@@ -90,26 +88,27 @@ def device_line(meta: dict) -> str:
             f"driver {driver}, CUDA {d['cuda']}); measured copy ceiling {c['gbps']:.0f} GB/s")
 
 
-def check_line(res: dict) -> Text:
-    if res.get("status") != "passed":
-        return Text.assemble(status_text(res), ": ", reason_line(res))
-    c = res.get("check") or {}
-    text = (f"passed: every element at {len(c.get('sizes', []))} size sets x {len(c.get('seeds', []))} seeds x "
-            f"{len(c.get('block_sizes', []))} block sizes ({c.get('count', 0)} checks, max abs err {c.get('max_abs', 0):.2g})")
-    if c.get("after_timing"):
+def check_line(row: Row) -> Text:
+    if not row.passed:
+        return Text.assemble(status_text(row), ": ", reason_line(row))
+    c = row.check
+    if c is None:
+        return Text("passed", style="green")
+    text = (f"passed: every element at {len(c.sizes)} size sets x {len(c.seeds)} seeds x "
+            f"{len(c.block_sizes)} block sizes ({c.count} checks, max abs err {c.max_abs:.2g})")
+    if c.after_timing:
         text += ", re-checked after timing"
-    skipped = {json.dumps(s["sizes"], sort_keys=True) for s in res.get("skipped_sizes", [])}
-    if skipped:
-        text += f"; {len(skipped)} size set(s) outside its preconditions skipped"
+    if row.skipped_sizes:
+        text += f"; {len(row.skipped_sizes)} size set(s) outside its preconditions skipped"
     return Text(text, style="green")
 
 
-def failure_details(res: dict) -> Table | None:
-    bad = first_failure(res)
-    if not bad:
+def failure_details(row: Row) -> Table | None:
+    if not row.failures:
         return None
+    bad = row.failures[0]
     table = Table(title=f"first mismatches at {_sizes(bad['sizes'])} seed {bad['seed']} "
-                        f"block {bad['block_size']} ({bad['when']})", title_justify="left")
+                        f"block {fmt_block(bad['block_size'])} ({bad['when']})", title_justify="left")
     for col in ("output", "where", "expected", "got", "max abs err", "max rel err", "wrong"):
         table.add_column(col, justify="right" if col not in ("output", "where") else "left")
     for arg in bad["args"]:
@@ -122,78 +121,76 @@ def failure_details(res: dict) -> Table | None:
     return table
 
 
-def run_report(res: dict, meta: dict, torch: dict | None = None, copy: dict | None = None) -> Group:
-    """`workbench run`: header, check, one row per block size, best configuration, torch."""
+# -- run: one version ---------------------------------------------------------------------------
+def run_report(row: Row, meta: dict, torch: Row | None = None, copy: Row | None = None) -> Group:
+    """`workbench run`: header, check, one row per block size, best configuration, baselines."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
     head.add_row("device", device_line(meta))
-    if res.get("sizes"):
-        head.add_row("sizes", _sizes(res["sizes"]))
-    for name, r in sorted((res.get("resources") or {}).items()):
+    if row.sizes:
+        head.add_row("sizes", _sizes(row.sizes))
+    for name, r in sorted(row.resources.items()):
         spills = (f"{r['spill_stores']}/{r['spill_loads']} B spilled" if r["spill_stores"] or r["spill_loads"]
                   else "no spills")
         head.add_row("kernel", f"{name}: {r['registers']} regs, {spills}, {r['stack']} B stack, "
                                f"{r['shared']} B static smem")
-    for line in res.get("launches", []):
+    for line in row.launches:
         head.add_row("launch", line)
-    head.add_row("check", check_line(res))
-    if res.get("compiler_warnings"):
-        head.add_row("nvcc", Text(res["compiler_warnings"], style="yellow"))
-    parts: list[Any] = [Panel(head, title=f"[bold]{res['family']} {res['version']}[/]: {escape(res.get('title', ''))}",
+    head.add_row("check", check_line(row))
+    if row.compiler_warnings:
+        head.add_row("nvcc", Text(row.compiler_warnings, style="yellow"))
+    parts: list[Any] = [Panel(head, title=f"[bold]{row.family} {row.version}[/]: {escape(row.title)}",
                               title_align="left")]
-    details = failure_details(res)
+    details = failure_details(row)
     if details is not None:
         parts.append(details)
-    timings = res.get("timings") or {}
-    if timings:
-        has_flops = any("tflops" in t for t in timings.values())
+    if row.timings:
+        has_flops = any(m.tflops for m in row.timings.values())
         table = Table(title="time per launch (L2 flushed before each; median of repeats)", title_justify="left")
         for col in ["block size", "median", "p20-p80", "GB/s", "% of ceiling", "noise", "reps"] + (
                 ["TFLOP/s"] if has_flops else []):
             table.add_column(col, justify="right")
-        best = str(res.get("best_block_size"))
-        for bs, t in timings.items():
-            style = "bold green" if bs == best else ""
-            row = [bs if bs != "None" else "-", fmt_us(t["median_us"]) + ("" if t.get("drained", True) else " †"),
-                   f"{fmt_us(t['p20_us'])} - {fmt_us(t['p80_us'])}", fmt_gbps(t["gbps"]),
-                   f"{t['pct_ceiling']:.1f}%", f"{100 * t['noise']:.1f}%", str(t["reps"])]
+        best = row.best
+        for bs, m in row.timings.items():
+            t = m.timing
+            cells = [fmt_block(bs), fmt_us(t.median_us) + ("" if t.drained else " †"),
+                     f"{fmt_us(t.p20_us)} - {fmt_us(t.p80_us)}", fmt_gbps(m.gbps), f"{m.pct_ceiling:.1f}%",
+                     f"{100 * t.noise:.1f}%", str(t.reps)]
             if has_flops:
-                row.append(f"{t.get('tflops', 0):.1f}")
-            table.add_row(*row, style=style)
-        for bs, why in (res.get("unusable_block_sizes") or {}).items():
-            table.add_row(bs, Text(f"not launched: {why}", style="yellow"), "", "", "", "", "")
+                cells.append(f"{m.tflops or 0:.1f}")
+            table.add_row(*cells, style="bold green" if m is best else "")
+        for bs, why in row.unusable_block_sizes.items():
+            table.add_row(fmt_block(bs), Text(f"not launched: {why}", style="yellow"), "", "", "", "", "")
         parts.append(table)
-        if not all(t.get("drained", True) for t in timings.values()):
+        if not all(m.timing.drained for m in row.timings.values()):
             parts.append(Text("† too short to time with the L2 drain: flushed before, not drained after "
                               "(its dirty output in L2 is not charged)", style="yellow"))
-        b = res["best"]
-        line = Text.assemble(("best: ", "bold"), f"block size {res.get('best_block_size') or '-'}, "
-                             f"{fmt_us(b['median_us'])}, {b['gbps']:.0f} GB/s = {b['pct_ceiling']:.1f}% of the "
-                             f"measured copy ceiling")
-        parts.append(line)
-        if copy and copy.get("status") == "passed":
-            ct = copy["timing"]["median_us"]
+        parts.append(Text.assemble(("best: ", "bold"), f"block size {fmt_block(best.block_size)}, "
+                                   f"{fmt_us(best.median_us)}, {best.gbps:.0f} GB/s = {best.pct_ceiling:.1f}% of the "
+                                   f"measured copy ceiling"))
+        if copy and copy.passed and copy.best:
+            ct = copy.best.median_us
             parts.append(Text(f"a plain copy of the same bytes, timed the same way: {fmt_us(ct)} "
-                              f"({copy['pct_ceiling']:.1f}% of the ceiling); this version takes "
-                              f"{b['median_us'] / ct:.2f}x as long"))
-        nbytes = b["gbps"] * b["median_us"] * 1e3
-        if l2_suspect(b["pct_ceiling"], nbytes, meta["device"].get("l2_bytes")):
+                              f"({copy.best.pct_ceiling:.1f}% of the ceiling); this version takes "
+                              f"{best.median_us / ct:.2f}x as long"))
+        nbytes = best.gbps * best.median_us * 1e3
+        if l2_suspect(best.pct_ceiling, nbytes, meta["device"].get("l2_bytes")):
             parts.append(Text(L2_WARNING, style="yellow"))
-    parts.append(torch_line(torch, res))
+    parts.append(torch_line(torch, row))
     return Group(*[p for p in parts if p is not None])
 
 
-def torch_line(torch: dict | None, res: dict | None = None) -> Text | None:
+def torch_line(torch: Row | None, row: Row | None = None) -> Text | None:
     if torch is None:
         return None
-    if torch.get("status") != "passed":
-        return Text(f"torch: {torch.get('reason', torch.get('status'))}", style="dim")
-    t = torch["timing"]
-    text = Text.assemble(("torch ", "bold"), f"{torch['expression']}: {fmt_us(t['median_us'])}, "
-                         f"{torch['gbps']:.0f} GB/s ({torch['pct_ceiling']:.1f}%)")
-    if res and res.get("best"):
-        speed = t["median_us"] / res["best"]["median_us"]
+    if not torch.passed or not torch.best:
+        return Text(f"torch: {torch.reason or torch.status}", style="dim")
+    b = torch.best
+    text = Text.assemble(("torch ", "bold"), f"{torch.expression}: {fmt_us(b.median_us)}, "
+                         f"{b.gbps:.0f} GB/s ({b.pct_ceiling:.1f}%)")
+    if row and row.best:
+        speed = b.median_us / row.best.median_us
         if speed >= 1:
             text.append(f"  -> this version is {speed:.2f}x faster than torch", style="green")
         else:
@@ -201,62 +198,224 @@ def torch_line(torch: dict | None, res: dict | None = None) -> Text | None:
     return text
 
 
-def bench_table(fam: dict, l2_bytes: float | None = None) -> Group:
-    """`workbench bench`: one row per version, best block size each, plus the torch row."""
-    sizes = _sizes(fam["sizes"])
-    has_flops = any((v.get("best") or {}).get("tflops") for v in fam["versions"])
-    table = Table(title=f"[bold]{fam['family']}[/] at {sizes} ({fmt_bytes(fam['bytes'])} moved)"
-                        + (f", {fam['flops'] / 1e9:.1f} GFLOP" if fam.get("flops") else ""),
-                  title_justify="left")
+# -- bench: a family ----------------------------------------------------------------------------
+def bench_table(fam: FamilyResult, l2_bytes: float | None = None) -> Group:
+    """`workbench bench`: one row per version (best block size each), then the baselines."""
+    has_flops = any(r.best and r.best.tflops for r in fam.versions)
+    table = Table(title=f"[bold]{escape(fam.label)}[/] at {_sizes(fam.sizes)} ({fmt_bytes(fam.bytes)} moved)"
+                        + (f", {fam.flops / 1e9:.1f} GFLOP" if fam.flops else ""), title_justify="left")
     for col, j in (("v", "right"), ("title", "left"), ("status", "left"), ("block", "right"),
                    ("median", "right"), ("p20-p80", "right"), ("GB/s", "right"), ("% ceil", "right")) + (
             (("TFLOP/s", "right"),) if has_flops else ()) + (("vs v1", "right"), ("vs torch", "right")):
         table.add_column(col, justify=j, overflow="fold")
-    for v in fam["versions"]:
-        b = v.get("best")
-        row = [str(v.get("version")), Text(v.get("title", "")), status_text(v),
-               str(v.get("best_block_size") or "-") if b else "",
-               fmt_us(b["median_us"]) if b else "", f"{fmt_us(b['p20_us'])}-{fmt_us(b['p80_us'])}" if b else "",
-               fmt_gbps(b["gbps"]) if b else "",
-               Text(f"{b['pct_ceiling']:.1f}%" + ("*" if l2_suspect(b["pct_ceiling"], fam["bytes"], l2_bytes) else ""),
-                    style="yellow" if l2_suspect(b["pct_ceiling"], fam["bytes"], l2_bytes) else "") if b else ""]
+    best_version = fam.best_version
+
+    def cells(row: Row, number: str, title: Text) -> list:
+        b = row.best
+        suspect = bool(b) and l2_suspect(b.pct_ceiling, fam.bytes, l2_bytes)
+        out = [number, title, status_text(row), fmt_block(b.block_size) if b and row.kind == "version" else "",
+               fmt_us(b.median_us) if b else "", f"{fmt_us(b.timing.p20_us)}-{fmt_us(b.timing.p80_us)}" if b else "",
+               fmt_gbps(b.gbps) if b else "",
+               Text(f"{b.pct_ceiling:.1f}%" + ("*" if suspect else ""), style="yellow" if suspect else "") if b else ""]
         if has_flops:
-            row.append(f"{b['tflops']:.1f}" if b and b.get("tflops") else "")
-        row += [f"{v['speedup_vs_first']:.2f}x" if "speedup_vs_first" in v else "",
-                f"{v['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in v else ""]
-        style = "bold" if v.get("version") == fam.get("best_version") else ""
-        table.add_row(*row, style=style)
-    copy = fam.get("copy")
-    if copy and copy.get("status") == "passed":
-        t = copy["timing"]
-        table.add_row("", Text("copy of the same bytes (the ceiling at this size)"), status_text(copy), "",
-                      fmt_us(t["median_us"]), f"{fmt_us(t['p20_us'])}-{fmt_us(t['p80_us'])}",
-                      f"{copy['gbps']:.0f}", f"{copy['pct_ceiling']:.1f}%", *([""] * (3 if has_flops else 2)),
-                      style="dim")
-    torch = fam.get("torch")
-    if torch:
-        if torch.get("status") == "passed":
-            t = torch["timing"]
-            row = ["", Text(f"torch: {torch['expression']}"), status_text(torch), "", fmt_us(t["median_us"]),
-                   f"{fmt_us(t['p20_us'])}-{fmt_us(t['p80_us'])}", f"{torch['gbps']:.0f}",
-                   f"{torch['pct_ceiling']:.1f}%"] + ([f"{torch.get('tflops', 0):.1f}"] if has_flops else []) + ["", "1.00x"]
+            out.append(f"{b.tflops:.1f}" if b and b.tflops else "")
+        return out
+
+    for row in fam.versions:
+        vs_first, vs_torch = fam.speedup_vs_first(row), fam.speedup_vs_torch(row)
+        table.add_row(*cells(row, str(row.version), Text(row.title)),
+                      f"{vs_first:.2f}x" if vs_first and row.passed else "",
+                      f"{vs_torch:.2f}x" if vs_torch and row.passed else "",
+                      style="bold" if row is best_version else "")
+    if fam.copy is not None:
+        table.add_row(*cells(fam.copy, "", Text(fam.copy.title or "copy of the same bytes (the ceiling at this size)")),
+                      "", "", style="dim")
+    if fam.torch is not None:
+        title = Text(f"torch: {fam.torch.expression}" if fam.torch.expression else "torch")
+        if fam.torch.passed:
+            table.add_row(*cells(fam.torch, "", title), "", "1.00x", style="cyan")
         else:
-            row = ["", "torch", Text(torch.get("reason", ""), style="dim"), *[""] * (9 if has_flops else 8)]
-        table.add_row(*row, style="cyan")
-    notes = [Text.assemble(f"  version {v.get('version')} ", status_text(v), f": {reason_line(v)}")
-             for v in fam["versions"] if v.get("status") != "passed"]
-    if any(l2_suspect((v.get("best") or {}).get("pct_ceiling", 0), fam["bytes"], l2_bytes) for v in fam["versions"]):
+            table.add_row("", title, Text(fam.torch.reason or fam.torch.status, style="dim"),
+                          *[""] * (9 if has_flops else 8), style="cyan")
+    notes = [Text.assemble(f"  {row.kind if row.kind != 'version' else 'version ' + str(row.version)} ",
+                           status_text(row), f": {reason_line(row)}")
+             for row in fam.rows() if not row.passed and row.status != "unavailable"]
+    if any(r.best and l2_suspect(r.best.pct_ceiling, fam.bytes, l2_bytes) for r in fam.versions):
         notes.append(Text(f"* {L2_WARNING}", style="yellow"))
     return Group(table, *notes)
 
 
-def bench_payload(meta: dict, families: Iterable[dict]) -> dict:
-    return {"workbench": 1, **meta, "families": list(families)}
+def row_line(row: Row) -> Text:
+    """One line as a bench goes: `layernorm_forward 6: passed` (or why not)."""
+    text = Text.assemble(f"  {row.label}: ", status_text(row))
+    if not row.passed:
+        text.append(f": {reason_line(row)}")
+    return text
 
 
-def write_json(path: str | Path, payload: dict) -> None:
-    """Write atomically: a crash mid-write never leaves half a results file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str))
-    tmp.replace(path)
+def time_breakdown(seconds: dict[str, float]) -> str:
+    parts = [f"{k} {v:.0f} s" for k, v in seconds.items() if k != "total"]
+    return f"took {seconds.get('total', 0):.0f} s" + (f" ({', '.join(parts)})" if parts else "")
+
+
+# -- the contract -------------------------------------------------------------------------------
+def version_panel(v: Version) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("file", str(v.path.relative_to(v.family.project.root)))
+    if v.precision != "fp32":
+        grid.add_row("precision", v.precision)
+    if v.changed:
+        grid.add_row("changed", escape(v.changed))
+    if v.why:
+        grid.add_row("why faster", escape(v.why))
+    pre = [*v.family.preconditions, *v.preconditions]
+    grid.add_row("preconditions", escape(" and ".join(pre)) if pre else "none")
+    grid.add_row("block sizes", ", ".join(str(b) for b in v.block_sizes) if v.block_sizes != (None,) else "-")
+    for s in v.scratch:
+        grid.add_row("scratch", f"{s.name}: {s.size} x {s.dtype}")
+    for s in v.steps:
+        if s.kind == "kernel":
+            line = f"{s.name}<<<grid {', '.join(s.grid)}; block {', '.join(s.block)}; smem {s.shared}>>>({', '.join(s.args)})"
+        elif s.kind == "memset":
+            line = f"memset {s.name} = {s.value}"
+        else:
+            line = f"library {s.name}(" + ", ".join(f"{k}={val}" for k, val in s.params) + ")"
+        if s.when:
+            line += f"  when {s.when}"
+        grid.add_row("launch", escape(line))
+    return Panel(grid, title=f"[bold]{v.family.name} {v.number}[/]: {escape(v.title)}", title_align="left")
+
+
+def family_panel(fam: Family) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    if fam.summary:
+        grid.add_row("computes", escape(fam.summary.strip()))
+    for a in fam.args:
+        grid.add_row(f"{a.role} {a.name}", f"{a.dtype}[{a.shape}]" + (f"  drawn as {a.init}" if a.init else ""))
+    grid.add_row("sizes", fam.format_sizes(fam.default_sizes) + (
+        f"  ({', '.join(f'{k} = {v}' for k, v in fam.derived.items())})" if fam.derived else ""))
+    grid.add_row("test sizes", "; ".join(fam.format_sizes(s) for s in fam.test_sizes))
+    grid.add_row("tolerance", f"atol {fam.atol:g}, rtol {fam.rtol:g}")
+    for p in fam.precisions.values():
+        grid.add_row(f"at {p.name}", f"{', '.join(f'{k} {v}' for k, v in p.args.items())}; atol {p.atol:g}, rtol {p.rtol:g}")
+    grid.add_row("bytes moved", fam.bytes)
+    if fam.flops:
+        grid.add_row("flops", fam.flops)
+    grid.add_row("reference", f"references/{fam.reference_name.split(':')[0]}.py")
+    if fam.torch:
+        grid.add_row("torch", escape(fam.torch))
+    for v in fam.versions:
+        grid.add_row(f"version {v.number}", escape(v.title) + (f"  [{v.precision}]" if v.precision != "fp32" else ""))
+    return Panel(grid, title=f"[bold]{fam.name}[/]: {escape(fam.title)}", title_align="left")
+
+
+def source_start(source: str) -> int:
+    """Where a version's code starts, after its header comment."""
+    end = source.find("*/")
+    return end + 2 if end >= 0 else 0
+
+
+def families_table(families: Iterable[Family]) -> Table:
+    table = Table(box=None, pad_edge=False, show_header=True)
+    table.add_column("family", style="bold cyan", no_wrap=True)
+    table.add_column("versions")
+    for fam in families:
+        table.add_row(fam.name, " · ".join(f"[bold]{v.number}[/] {escape(v.title)}"
+                                           + (f" [dim]({v.precision})[/]" if v.precision != "fp32" else "")
+                                           for v in fam.versions))
+    return table
+
+
+def resources_table(rows: Iterable[tuple[str, str, str, Any]]) -> Table:
+    """`workbench compile`: ptxas's report, one line per (version, arch, kernel)."""
+    table = Table(title="ptxas resources", title_justify="left")
+    for col in ("version", "arch", "kernel", "regs", "spills (st/ld B)", "stack B", "static smem B"):
+        table.add_column(col, justify="left" if col in ("version", "kernel", "arch") else "right")
+    for label, arch, name, r in rows:
+        table.add_row(label, arch, name, str(r.registers), f"{r.spill_stores}/{r.spill_loads}", str(r.stack), str(r.shared))
+    return table
+
+
+def promoted_table(manifest: dict, where: str) -> Table:
+    table = Table(title=f"promoted kernels ({where})", title_justify="left")
+    for col in ("family", "precision", "v", "title", "block", "time", "GB/s", "timed at", "GPU", "date", "sha256"):
+        table.add_column(col, justify="right" if col in ("v", "block", "time", "GB/s") else "left")
+    for key, e in sorted(manifest["kernels"].items()):
+        table.add_row(e["family"] if "family" in e else key, e.get("precision", "fp32"), str(e["version"]),
+                      Text(e["title"]), str(e["block_size"] or "-"), fmt_us(e["median_us"]), f"{e['gbps']:.0f}",
+                      e["timed_at"], e["gpu"], e["date"], e["sha256"][:12])
+    return table
+
+
+def written_table(files: dict) -> Table:
+    """What a prepro step wrote: path, size, what it holds."""
+    table = Table(box=None, pad_edge=False)
+    table.add_column("wrote", style="bold cyan", no_wrap=True)
+    table.add_column("bytes", justify="right")
+    table.add_column("holds")
+    for path, what in files.items():
+        table.add_row(escape(str(path)), f"{path.stat().st_size:,}", escape(what))
+    return table
+
+
+# -- the trainer ----------------------------------------------------------------------------------
+class TrainUI:
+    """What `workbench train` prints: the run's parameters, the model, memory, each step."""
+
+    def __init__(self, console):
+        self.console = console
+
+    def run_table(self, rows: list[tuple[str, Any]]) -> None:
+        t = Table(title="run", title_justify="left", box=None)
+        t.add_column("parameter", style="bold")
+        t.add_column("value")
+        for k, v in rows:
+            t.add_row(k, escape(str(v)))
+        self.console.print(t)
+
+    def model_table(self, cfg) -> None:
+        t = Table(title="model", title_justify="left")
+        for col in ("max T", "V", "padded V", "L", "NH", "C", "parameters"):
+            t.add_column(col, justify="right")
+        t.add_row(str(cfg.max_seq_len), str(cfg.vocab_size), str(cfg.padded_vocab_size), str(cfg.num_layers),
+                  str(cfg.num_heads), str(cfg.channels), f"{cfg.num_parameters:,}")
+        self.console.print(t)
+
+    def device_line(self, name: str, tf32: bool, peak: float) -> None:
+        self.console.print(f"[bold]device[/] {escape(name)}; TF32 {'on' if tf32 else 'off'}; measured matmul peak "
+                           f"{peak:.0f} TFLOP/s ({'TF32' if tf32 else 'FP32'}, cuBLASLt) for MFU")
+
+    def memory_table(self, memory: dict[str, int]) -> None:
+        t = Table(title="device memory", title_justify="left")
+        t.add_column("buffer")
+        t.add_column("MiB", justify="right")
+        for name, nbytes in sorted(memory.items(), key=lambda kv: -kv[1]):
+            if nbytes >= 1 << 20:
+                t.add_row(name, f"{nbytes / 2**20:,.1f}")
+        t.add_row("[bold]total[/]", f"[bold]{sum(memory.values()) / 2**20:,.1f}[/]")
+        self.console.print(t)
+
+    def step(self, r, total: int) -> None:
+        self.console.print(f"step {r.step:4d}/{total}: train loss {r.loss:.6f} ({r.ms:.1f} ms, {r.tokens_per_s:,.0f} tok/s, "
+                           f"MFU {r.mfu:.1f}%, host {r.host_us:.0f} µs outside the graph)")
+
+    def val(self, step: int, loss: float) -> None:
+        self.console.print(f"[cyan]val loss {loss:.6f}[/] at step {step}")
+
+    def sample(self, step: int, text: str) -> None:
+        self.console.print(Panel(escape(text), title=f"sample at step {step}", title_align="left"))
+
+    def note(self, text: str) -> None:
+        self.console.print(f"[yellow]{escape(text)}[/]")
+
+    def summary(self, s: dict) -> None:
+        if "gpu_memory_used" in s:
+            self.console.print(f"[bold]GPU memory in use[/] after capture: {s['gpu_memory_used'] / 2**30:.2f} GiB")
+        if "median_ms" in s:
+            self.console.print(f"[bold]average step[/] ({s['window']}, median): {s['median_ms']:.2f} ms, "
+                               f"{s['median_tokens_per_s']:,.0f} tok/s, MFU {s['median_mfu']:.1f}%, "
+                               f"host {s['median_host_us']:.0f} µs per step outside the graph")

@@ -21,36 +21,24 @@ and the 20th-80th percentile band.
 
 `copy_ceiling` measures the device's practical bandwidth (a large device-to-device copy,
 counting bytes read plus written) once per device and caches it: every "% of ceiling" figure is
-against this measurement, never a datasheet number. `copy_time` times a copy of a given size with
-`measure` itself: the practical ceiling at that size.
+against this measurement, never a datasheet number; `matmul_peak` does the same for the matmul
+rates (FP32, TF32, bf16). A copy of a family's own byte count, timed with `measure` like a version,
+is a row of every memory-bound table (providers.CopyProvider): the practical ceiling at that size.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
-from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
 
 from .compile import CACHE_DIR
+from .results import Timing
 
 COPY_BYTES = 1 << 30  # 1 GiB each way: far beyond any L2
-
-
-@dataclass
-class Timing:
-    median_us: float
-    p20_us: float
-    p80_us: float
-    reps: int
-    noise: float  # (p80 - p20) / median
-    drain_us: float = 0.0  # the drain's own time, already subtracted
-    drained: bool = True   # False: too short to resolve with the drain; timed flushed, undrained
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def summarize(samples_us: list[float]) -> Timing:
@@ -172,7 +160,9 @@ def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
 
     def pairs(t, n):  # t = [drain, launch+drain, drain, launch+drain, ...]
         drains.extend(t[0::2])
-        return [b - a for a, b in zip(t[0::2], t[1::2])]
+        # A launch cannot take negative time: where the drain alone happened to be slower than
+        # launch + drain (noise larger than the launch), the sample is zero, not negative.
+        return [max(0.0, b - a) for a, b in zip(t[0::2], t[1::2])]
     samples = sample_loop(lambda n: [flush.drain, drained] * min(n, batch), pairs)
     result = summarize(samples)
     result.drain_us = float(np.median(drains))
@@ -182,18 +172,6 @@ def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
     undrained.drain_us = result.drain_us
     undrained.drained = False
     return undrained
-
-
-def copy_time(nbytes: int, flush: L2Flush | None, stream, budget_s: float = 0.4) -> Timing:
-    """A device-to-device copy of nbytes/2 into nbytes/2 (nbytes moved), timed like a version."""
-    import pycuda.driver as drv
-    half = max(4, nbytes // 2)
-    src, dst = drv.mem_alloc(half), drv.mem_alloc(half)
-    try:
-        return measure(lambda s: drv.memcpy_dtod_async(dst, src, half, s), stream, flush, budget_s=budget_s)
-    finally:
-        src.free()
-        dst.free()
 
 
 COPY_KERNEL = r"""
@@ -241,5 +219,45 @@ def copy_ceiling(refresh: bool = False) -> dict:
     dst.free()
     known[name] = result
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(known, indent=1))
+    tmp = cache.with_name(f".ceiling.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(known, indent=1))
+    os.replace(tmp, cache)
     return result
+
+
+PEAK_N = 8192
+
+
+def matmul_peak(kind: str, refresh: bool = False) -> float:
+    """The dense matmul rate (TFLOP/s) this device reaches through cuBLASLt at 8192^3, for
+    kind "fp32" (CUDA cores), "tf32" or "bf16" (tensor cores), measured once and cached like the
+    copy ceiling: MFU and roofline figures are against what this GPU does, never a table."""
+    import pycuda.driver as drv
+
+    from . import library_calls
+    key = device_key()
+    name = f"{key['name']}|{key['pci']}|{key['driver']}|{kind}"
+    cache = CACHE_DIR / "peak.json"
+    known = json.loads(cache.read_text()) if cache.exists() else {}
+    if name not in known or refresh:
+        n = PEAK_N
+        itemsize = 2 if kind == "bf16" else 4
+        a, b, c = (drv.mem_alloc(n * n * itemsize) for _ in range(3))
+        try:
+            for buf in (a, b):  # real, non-zero data: zeros run faster than real data
+                if kind == "bf16":
+                    drv.memset_d16(buf, 0x3C24, n * n)      # 0.01
+                else:
+                    drv.memset_d32(buf, 0x3C23D70A, n * n)  # 0.01f
+            call = library_calls.gemm_lt(a=int(a), b=int(b), d=int(c), m=n, n=n, k=n, tf32=kind == "tf32",
+                                         dtype="bf16" if kind == "bf16" else "f32")
+            t = measure(call, drv.Stream(), None, budget_s=1.0, min_reps=10, max_reps=50)
+        finally:
+            for buf in (a, b, c):
+                buf.free()
+        known[name] = 2 * n ** 3 / (t.median_us * 1e-6) / 1e12
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".peak.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        os.replace(tmp, cache)
+    return known[name]

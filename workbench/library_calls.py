@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-R_32F = 0  # cudaDataType CUDA_R_32F
+# cudaDataType values of the element types a call may name (dtype="f32" | "bf16").
+DATA_TYPES = {"f32": 0, "bf16": 14}  # CUDA_R_32F, CUDA_R_16BF
+R_32F = DATA_TYPES["f32"]
 WORKSPACE = 32 * 1024 * 1024
 
 _LIBRARY: dict[str, Callable[..., Callable[[Any], None]]] = {}
@@ -106,42 +108,45 @@ def _set(setter, obj, attr, dtype_fn, value):
 
 @library
 def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
-            batch=1, stride_a=0, stride_b=0, stride_d=0, lda=0, ldb=0, ldd=0, tf32=False, gelu=False):
+            batch=1, stride_a=0, stride_b=0, stride_d=0, lda=0, ldb=0, ldd=0, tf32=False, gelu=False,
+            dtype="f32"):
     """cuBLASLt GEMM with the bias (and optionally GELU) fused as an epilogue:
-    D = act(alpha op(A) op(B) + beta C + bias), bias broadcast along D's rows (length n)."""
-    from nvmath.bindings import cublasLt as lt
+    D = act(alpha op(A) op(B) + beta C + bias), bias broadcast along D's rows (length n).
+    dtype "bf16": A, B, C, D and the bias in bf16, accumulated in fp32."""
+    from nvmath.bindings import cublasLt
     handle = cublaslt_handle()
+    elem = DATA_TYPES[dtype]
     lda, ldb, ldd = _col_major(m, n, k, trans_a, trans_b, lda, ldb, ldd)
-    A = lt.MatmulDescAttribute
-    desc = lt.matmul_desc_create(_compute_type(bool(tf32)), R_32F)
-    dt = lt.get_matmul_desc_attribute_dtype
+    Attr = cublasLt.MatmulDescAttribute
+    desc = cublasLt.matmul_desc_create(_compute_type(bool(tf32) and dtype == "f32"), R_32F)
+    dt = cublasLt.get_matmul_desc_attribute_dtype
     # Column-major view: D^T (n x m) = op(B)^T (n x k) @ op(A)^T (k x m)
-    _set(lt.matmul_desc_set_attribute, desc, A.TRANSA, dt, 1 if trans_b else 0)
-    _set(lt.matmul_desc_set_attribute, desc, A.TRANSB, dt, 1 if trans_a else 0)
+    _set(cublasLt.matmul_desc_set_attribute, desc, Attr.TRANSA, dt, 1 if trans_b else 0)
+    _set(cublasLt.matmul_desc_set_attribute, desc, Attr.TRANSB, dt, 1 if trans_a else 0)
     if bias:
-        epi = lt.Epilogue.GELU_BIAS if gelu else lt.Epilogue.BIAS
-        _set(lt.matmul_desc_set_attribute, desc, A.EPILOGUE, dt, int(epi))
-        _set(lt.matmul_desc_set_attribute, desc, A.BIAS_POINTER, dt, int(bias))
+        epi = cublasLt.Epilogue.GELU_BIAS if gelu else cublasLt.Epilogue.BIAS
+        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.EPILOGUE, dt, int(epi))
+        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.BIAS_POINTER, dt, int(bias))
     elif gelu:
-        _set(lt.matmul_desc_set_attribute, desc, A.EPILOGUE, dt, int(lt.Epilogue.GELU))
+        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.EPILOGUE, dt, int(cublasLt.Epilogue.GELU))
 
     def layout(rows, cols, ld, stride):
-        lay = lt.matrix_layout_create(R_32F, int(rows), int(cols), int(ld))
+        lay = cublasLt.matrix_layout_create(elem, int(rows), int(cols), int(ld))
         if batch > 1:
-            L = lt.MatrixLayoutAttribute
-            _set(lt.matrix_layout_set_attribute, lay, L.BATCH_COUNT, lt.get_matrix_layout_attribute_dtype, int(batch))
-            _set(lt.matrix_layout_set_attribute, lay, L.STRIDED_BATCH_OFFSET,
-                 lt.get_matrix_layout_attribute_dtype, int(stride))
+            L = cublasLt.MatrixLayoutAttribute
+            _set(cublasLt.matrix_layout_set_attribute, lay, L.BATCH_COUNT, cublasLt.get_matrix_layout_attribute_dtype, int(batch))
+            _set(cublasLt.matrix_layout_set_attribute, lay, L.STRIDED_BATCH_OFFSET,
+                 cublasLt.get_matrix_layout_attribute_dtype, int(stride))
         return lay
     layout_b = layout(k, n, ldb, stride_b) if trans_b else layout(n, k, ldb, stride_b)
     layout_a = layout(m, k, lda, stride_a) if trans_a else layout(k, m, lda, stride_a)
     layout_d = layout(n, m, ldd, stride_d)
-    pref = lt.matmul_preference_create()
-    _set(lt.matmul_preference_set_attribute, pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
-         lt.get_matmul_preference_attribute_dtype, WORKSPACE)
-    results = lt.MatmulHeuristicResult(1)
+    pref = cublasLt.matmul_preference_create()
+    _set(cublasLt.matmul_preference_set_attribute, pref, cublasLt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
+         cublasLt.get_matmul_preference_attribute_dtype, WORKSPACE)
+    results = cublasLt.MatmulHeuristicResult(1)
     count = np.zeros(1, dtype=np.int32)
-    lt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, 1,
+    cublasLt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, 1,
                                  results.ptr, count.ctypes.data)
     if count[0] == 0:
         from .errors import ContractError
@@ -152,7 +157,7 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     c_ptr = int(c) if c else int(d)
 
     def call(stream):
-        lt.matmul(handle, desc, scalars.ctypes.data, int(b), layout_b, int(a), layout_a,
+        cublasLt.matmul(handle, desc, scalars.ctypes.data, int(b), layout_b, int(a), layout_a,
                   scalars.ctypes.data + 4, c_ptr, layout_d, int(d), layout_d, algo.ctypes.data,
                   int(ws), WORKSPACE, _stream_handle(stream))
     call.keep = (scalars, algo, results)  # type: ignore[attr-defined]

@@ -1,34 +1,28 @@
-"""The trainer's ops: run a `Program`'s calls with the promoted kernels, or with the references.
+"""The trainer's backends: what runs a `Program`'s calls, the promoted kernels or the references.
 
-`PromotedSet` reads train/kernels/manifest.json and the frozen version files beside it (each
-checked against the hash `workbench promote` recorded). `GPUOps` allocates the program's
-buffers, compiles each promoted version once and builds one launch plan per call through
-workbench/launch.py, the same launch description the workbench checks and times: there is no
-second copy of launch logic. `ReferenceOps` runs the same calls with the families' NumPy
-references on host arrays, so the program's wiring is testable without a GPU.
+`PromotedSet` reads train/kernels/manifest.json (workbench/promote.py writes and reads it) and the
+frozen version files beside it, each checked against the hash promote recorded. `KernelBackend`
+allocates the program's buffers, compiles each promoted version once and builds one launch plan
+per call through workbench/launch.py, the same launch description the workbench checks and times:
+there is no second copy of launch logic. `ReferenceBackend` runs the same calls with the families'
+NumPy references on host arrays, so the program's wiring is testable without a GPU.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from workbench.errors import TrainError
 from workbench.family import Family, Project, Version, load_version
+from workbench.promote import MANIFEST, PromoteError, read_manifest, sha256
 
-from .model import Call, Program, Ref, Zero
+from .errors import TrainError
+from .model import Call, Program, Slice, Zero
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
-MANIFEST = "manifest.json"
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 class PromotedSet:
@@ -41,9 +35,9 @@ class PromotedSet:
         if not path.exists():
             raise TrainError(f"{path} is missing: promote kernels first (workbench promote --best RESULTS.json)")
         try:
-            self.manifest: dict[str, dict] = json.loads(path.read_text())["kernels"]
-        except (ValueError, KeyError) as e:
-            raise TrainError(f"{path} is not a promotion manifest ({e})") from None
+            self.manifest: dict[str, dict] = read_manifest(self.dir)["kernels"]
+        except PromoteError as e:
+            raise TrainError(str(e)) from None
         self._versions: dict[str, Version] = {}
 
     def entry(self, family: str) -> dict:
@@ -99,7 +93,7 @@ def check_wiring(family: Family, call: Call, sizes: dict[str, int], dtypes: dict
         raise TrainError(f"{call.label}: {family.name} has no argument(s) {', '.join(sorted(extra))}")
 
 
-class ReferenceOps:
+class ReferenceBackend:
     """The program on the host, in float64, through the families' NumPy references."""
 
     def __init__(self, program: Program, project: Project | None = None):
@@ -111,7 +105,7 @@ class ReferenceOps:
                      for name, spec in program.buffers.items()}
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
 
-    def view(self, ref: Ref) -> np.ndarray:
+    def view(self, ref: Slice) -> np.ndarray:
         return self.host[ref.buffer][ref.offset:ref.offset + ref.elems]
 
     def run(self, calls) -> None:
@@ -141,19 +135,19 @@ def _with_params(family: Family, params: dict[str, Any]) -> Family:
 
 
 @dataclass
-class Step:
+class PlannedCall:
     label: str
     family: str | None
     run: Any  # callable(stream)
 
 
-class GPUOps:
+class KernelBackend:
     """The program's buffers on the device and a launch plan per call, from the promoted set."""
 
     def __init__(self, program: Program, promoted: PromotedSet):
         import pycuda.driver as drv
         from workbench import compile as wb_compile
-        from workbench.launch import Buffer, build_plan, scratch_sizes
+        from workbench.launch import DeviceBuffer, build_plan, scratch_sizes
 
         self.drv = drv
         self.program = program
@@ -184,29 +178,29 @@ class GPUOps:
             prepared.append((call, family, version, sizes, bs))
         self.scratch = {key: drv.mem_alloc(nbytes) for key, (nbytes, _) in scratch_need.items()}
         self.scratch_bytes = sum(n for n, _ in scratch_need.values())
-        self.plans: dict[int, Step] = {}
+        self.plans: dict[int, PlannedCall] = {}
         for call, family, version, sizes, bs in prepared:
             if call.family not in self.modules:
                 module, resources, _ = wb_compile.load_module(version.path)
                 self.modules[call.family] = (module, resources)
             module, resources = self.modules[call.family]
-            buffers = {name: Buffer(int(self.allocs[ref.buffer]) + 4 * ref.offset, 4 * ref.elems,
+            buffers = {name: DeviceBuffer(int(self.allocs[ref.buffer]) + 4 * ref.offset, 4 * ref.elems,
                                     family.arg(name).dtype) for name, ref in call.args.items()}
             for (fam_name, sname), (nbytes, dtype) in scratch_need.items():
                 if fam_name == call.family:
-                    buffers[sname] = Buffer(int(self.scratch[(fam_name, sname)]), nbytes, dtype)
+                    buffers[sname] = DeviceBuffer(int(self.scratch[(fam_name, sname)]), nbytes, dtype)
             plan = build_plan(version, module, sizes, bs, buffers, _call_params(family, call), resources)
-            self.plans[id(call)] = Step(call.label, call.family, plan)
+            self.plans[id(call)] = PlannedCall(call.label, call.family, plan)
 
-    def ptr(self, ref: Ref) -> int:
+    def ptr(self, ref: Slice) -> int:
         return int(self.allocs[ref.buffer]) + 4 * ref.offset
 
-    def steps(self, calls) -> list[Step]:
+    def steps(self, calls) -> list[PlannedCall]:
         out = []
         for call in calls:
             if isinstance(call, Zero):
                 ptr, n = self.ptr(call.ref), call.ref.elems
-                out.append(Step(call.label, None, lambda s, ptr=ptr, n=n: self.drv.memset_d32_async(ptr, 0, n, s)))
+                out.append(PlannedCall(call.label, None, lambda s, ptr=ptr, n=n: self.drv.memset_d32_async(ptr, 0, n, s)))
             else:
                 out.append(self.plans[id(call)])
         return out

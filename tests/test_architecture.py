@@ -1,0 +1,100 @@
+"""The layers point one way: references/ -> workbench/ -> train/ (-> the CLI on top), and no
+module imports itself back round a cycle. Read off the source (every import statement, at module
+level or inside a function), no GPU needed."""
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGES = ("references", "workbench", "train")
+LAYER = {"references": 0, "workbench": 1, "train": 2}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The project modules `path` imports (absolute or relative)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")
+                up = up[:len(up) - (node.level - 1)] if node.level > 1 else up
+                base = ".".join([*up, base] if base else up)
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t.split(".")[0] in PACKAGES:
+                found.add(t)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    modules = {module_name(p): p for p in files}
+    out = {}
+    for name, path in modules.items():
+        deps = set()
+        for t in imports_of(path):
+            while t and t not in modules:  # `from workbench import report` names a module or a symbol
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                deps.add(t)
+        out[name] = deps
+    return out
+
+
+def test_no_layer_imports_one_above_it():
+    bad = [(m, d) for m, deps in graph().items() for d in deps
+           if LAYER[d.split(".")[0]] > LAYER[m.split(".")[0]]]
+    assert not bad, f"imports against the layers: {bad}"
+
+
+def test_the_workbench_never_imports_the_trainer():
+    assert not [(m, d) for m, deps in graph().items() if m.startswith("workbench")
+                for d in deps if d.startswith("train")]
+
+
+def test_no_import_cycles():
+    g = graph()
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in list(g):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_cli_stays_thin():
+    assert len((ROOT / "workbench" / "cli.py").read_text().splitlines()) < 350

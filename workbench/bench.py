@@ -1,0 +1,343 @@
+"""The loops behind `run`, `check` and `bench`: build the reference cases, run each row in a
+child process, and gather typed results (results.py), written to JSON as they come.
+
+It prints nothing: callers pass a `progress(text)` callback and render the returned records with
+report.py. The order of work in a bench, and why:
+
+* the device is probed once (its copy ceiling is measured once per device and cached);
+* every version is compiled up front, in parallel, without a GPU context (compile.precompile);
+* every family's reference cases are computed in a process pool in the background, in bench
+  order, while the GPU works on the families before them;
+* per family: each version in a fresh child (isolate.run_job), then the baselines (PyTorch and a
+  same-size copy) in one long-lived child (isolate.Server: torch loads once); the family's
+  results, baselines included, go to the JSON file at once, so a stopped bench keeps all it
+  measured and `--resume` skips the families already there.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .check import make_case, save_case
+from .errors import NoGPU, SizesError, WorkbenchError
+from .family import PROJECT_ROOT, Family, Project, Version
+from .isolate import DEFAULT_TIMEOUT, Server, run_job
+from .results import BenchRun, FamilyResult, Row, load, save
+
+
+@dataclass
+class Options:
+    sizes: str | None = None            # "B=4,T=2048" over the family's defaults
+    block_sizes: list[int] | None = None
+    seed: int = 0
+    seeds: int = 3
+    test_sizes: bool = True             # also check at the family's (odd) test sizes
+    timeout: float = DEFAULT_TIMEOUT
+    budget: float = 0.4                 # seconds of timing per block size (front-runners)
+    torch: bool = True
+    flush: bool = True
+    time: bool = True                   # False: check only
+    screen: bool = True                 # time every block size briefly, the front-runners fully
+
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class Session:
+    project: Project
+    options: Options = field(default_factory=Options)
+    progress: Progress = _quiet
+
+    def __post_init__(self):
+        self._tmp = Path(tempfile.mkdtemp(prefix="workbench-cases-"))
+        self._cases: dict[tuple, list[str]] = {}
+        self._pending: dict[tuple, Future] = {}   # cases being computed in the background
+        self._pool: ProcessPoolExecutor | None = None
+        self._server: Server | None = None
+        self._device: dict | None = None
+        self.seconds: dict[str, float] = {}      # where the time went, by activity
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+        if self._server is not None:
+            self._server.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _spent(self, what: str, since: float) -> None:
+        self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - since, 1)
+
+    # -- the device -----------------------------------------------------------------------
+    def device(self) -> dict:
+        """{"device": ..., "ceiling": ...}; NoGPU when there is no usable GPU."""
+        if self._device is None:
+            require_pycuda()
+            self.progress("measuring the device's copy bandwidth (cached after the first run)")
+            res = run_job({"job": "probe", "root": str(self.project.root)}, self.options.timeout)
+            if res.get("status") == "no_gpu":
+                raise NoGPU(f"{res['reason']}. The workbench needs an NVIDIA GPU with a working "
+                            "driver; without one, use Modal: modal run modal_app.py")
+            if res.get("status") != "passed":
+                raise NoGPU(f"the device probe failed: {res.get('reason', res.get('status'))}")
+            self._device = {"device": res["device"], "ceiling": res["ceiling"]}
+        return self._device
+
+    def new_run(self) -> BenchRun:
+        dev = self.device()
+        return BenchRun(device=dev["device"], ceiling=dev["ceiling"],
+                        date=datetime.datetime.now().isoformat(timespec="seconds"), commit=git_commit(),
+                        options=asdict(self.options))
+
+    # -- cases --------------------------------------------------------------------------------
+    def sizes_for(self, family: Family) -> dict[str, int]:
+        return family.parse_sizes(self.options.sizes)
+
+    def seeds(self) -> list[int]:
+        return [self.options.seed + i for i in range(max(1, self.options.seeds))]
+
+    def _case_plan(self, family: Family, sizes: dict[str, int], precision: str, extra_sizes=()):
+        """(key, [(sizes, seed), ...]): the timed sizes first (their first seed is the one timed;
+        two seeds, since they are the large ones), then any extra sizes (the trainer's, when
+        promoting) and the family's test sizes, each at every seed."""
+        key = (family.name, precision, tuple(sorted(sizes.items())),
+               tuple(tuple(sorted(e.items())) for e in extra_sizes), tuple(self.seeds()), self.options.test_sizes)
+        plan = [(sizes, seed) for seed in self.seeds()[:2]]
+        others: list[dict] = []
+        for s in [*extra_sizes, *(family.test_sizes if self.options.test_sizes else [])]:
+            if s != sizes and s not in others:
+                others.append(s)
+        plan += [(s, seed) for s in others for seed in self.seeds()]
+        return key, plan
+
+    def cases(self, family: Family, sizes: dict[str, int], precision: str = "fp32", extra_sizes=()) -> list[str]:
+        key, plan = self._case_plan(family, sizes, precision, extra_sizes)
+        t0 = time.perf_counter()
+        if key in self._pending:
+            self.progress(f"{family.name}: waiting for its reference cases")
+            self._cases[key] = self._pending.pop(key).result()
+        if key not in self._cases:
+            self.progress(f"{family.name}: computing the reference at {len(plan)} size sets x seeds")
+            folder = self._tmp / f"{family.name}-{precision}-{len(self._cases)}"
+            self._cases[key] = build_cases(str(self.project.root), family.name, precision, plan, str(folder))
+        self._spent("waiting for references", t0)
+        return self._cases[key]
+
+    def prepare_cases(self, groups: list[tuple[Family, str]]) -> None:
+        """Start computing the reference cases of many (family, precision) groups in the
+        background, in order: the GPU work on the first overlaps the references of the rest."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
+        for i, (family, precision) in enumerate(groups):
+            key, plan = self._case_plan(family, self.sizes_for(family), precision)
+            if key not in self._cases and key not in self._pending:
+                self._pending[key] = self._pool.submit(build_cases, str(self.project.root), family.name, precision,
+                                                       plan, str(self._tmp / f"{family.name}-{precision}-p{i}"))
+
+    def drop_cases(self, family: Family) -> None:
+        """Delete a family's case files: a bench of every family would otherwise fill the disk."""
+        for key in [k for k in self._cases if k[0] == family.name]:
+            for path in self._cases.pop(key):
+                shutil.rmtree(path, ignore_errors=True)
+
+    def precompile(self, versions: list[Version]) -> None:
+        """Compile every version ahead, in parallel, for the device's arch (fills the cache)."""
+        from .compile import precompile
+        t0 = time.perf_counter()
+        cc = self.device()["device"]["compute_capability"].replace(".", "")
+        self.progress(f"compiling {len(versions)} versions in parallel for sm_{cc}")
+        precompile([v.path for v in versions], f"sm_{cc}")
+        self._spent("compiling", t0)
+
+    # -- rows ---------------------------------------------------------------------------------
+    def _request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:
+        return {"job": "rows", "root": str(self.project.root), "family": family.name,
+                "block_sizes": self.options.block_sizes, "budget": self.options.budget,
+                "flush": self.options.flush, "time": self.options.time, "screen": self.options.screen,
+                "bytes": family.bytes_moved(sizes, precision), "flops": family.flops_done(sizes),
+                "ceiling_gbps": self.device()["ceiling"]["gbps"]}
+
+    def run_version(self, version: Version, sizes: dict[str, int] | None = None, extra_sizes=()) -> Row:
+        """Check (and, unless options.time is off, time) one version in a fresh child."""
+        family = version.family
+        sizes = sizes or self.sizes_for(family)
+        row = Row("version", family.name, version.number, version.title, sizes=sizes)
+        unmet = version.unmet(sizes)
+        if unmet:
+            row.status, row.reason = "refused", f"requires {' and '.join(unmet)}"
+            return row
+        if self.options.block_sizes:
+            bad = [b for b in self.options.block_sizes if b not in version.block_sizes]
+            if bad:
+                raise SizesError(f"{version.label} does not sweep block size(s) {bad}: "
+                                 f"its header lists {list(version.block_sizes)}")
+        req = {**self._request(family, sizes, version.precision),
+               "providers": [{"kind": "version", "version": version.number}],
+               "cases": self.cases(family, sizes, version.precision, extra_sizes)}
+        self.progress(f"{version.label}: compile, check, time")
+        t0 = time.perf_counter()
+        rows = rows_from(run_job(req, self.options.timeout), req, family.name)
+        self._spent("versions", t0)
+        return rows[0]
+
+    def run_baselines(self, family: Family, sizes: dict[str, int] | None = None,
+                      precision: str = "fp32") -> tuple[Row | None, Row | None]:
+        """The family's PyTorch equivalent, checked and timed like a version, and a plain copy of
+        its bytes (the practical ceiling at this size; not for compute-bound families, where it
+        says nothing), in the long-lived baseline child."""
+        sizes = sizes or self.sizes_for(family)
+        if not self.options.time:
+            return None, None
+        specs = []
+        torch_row = None
+        if self.options.torch and family.torch_expression(precision):
+            if importlib.util.find_spec("torch") is None:
+                torch_row = Row("torch", family.name, title="torch", status="unavailable",
+                                reason="torch is not installed")
+            else:
+                specs.append({"kind": "torch", "precision": precision})
+        if not family.flops:
+            specs.append({"kind": "copy", "bytes": family.bytes_moved(sizes, precision)})
+        if not specs:
+            return torch_row, None
+        req = {**self._request(family, sizes, precision), "providers": specs}
+        if any(s["kind"] == "torch" for s in specs):
+            req["cases"] = self.cases(family, sizes, precision)[:1]
+        self.progress(f"{family.name}: baselines ({', '.join(s['kind'] for s in specs)})")
+        if self._server is None:
+            self._server = Server()
+        t0 = time.perf_counter()
+        rows = rows_from(self._server.run(req, self.options.timeout * len(specs)), req, family.name)
+        self._spent("baselines", t0)
+        by_kind = {r.kind: r for r in rows}
+        return by_kind.get("torch", torch_row), by_kind.get("copy")
+
+    def bench_family(self, family: Family, precision: str = "fp32", versions: list[Version] | None = None,
+                     on_row: Callable[[Row], None] | None = None) -> FamilyResult:
+        """Every version of the family at one precision, then its baselines."""
+        started = time.perf_counter()
+        sizes = self.sizes_for(family)
+        result = FamilyResult(family.name, family.title, sizes, family.bytes_moved(sizes, precision),
+                              family.flops_done(sizes), precision)
+        for version in versions or [v for v in family.versions if v.precision == precision]:
+            row = self.run_version(version, sizes)
+            result.versions.append(row)
+            if on_row:
+                on_row(row)
+        result.torch, result.copy = self.run_baselines(family, sizes, precision)
+        result.seconds = round(time.perf_counter() - started, 2)
+        return result
+
+    def bench(self, families: list[Family], json_path: str | None = None, resume: bool = False,
+              on_row: Callable[[Row], None] | None = None,
+              on_family: Callable[[FamilyResult], None] | None = None) -> BenchRun:
+        """Every version of every family, each precision a group of its own. With `json_path`,
+        the file is rewritten after each group; with `resume`, the groups it already holds (from
+        a run on this device) are kept, not run again."""
+        started = time.perf_counter()
+        run = self.new_run()
+        if resume and json_path and Path(json_path).exists():
+            earlier = load(json_path)
+            if earlier.device.get("name") != run.device.get("name"):
+                raise WorkbenchError(f"--resume: {json_path} was measured on {earlier.device.get('name')}, "
+                                     f"this is {run.device.get('name')}; give another --json path")
+            run.families = earlier.families  # each was written whole, baselines included
+        groups = [(f, p) for f in families for p in f.precision_names()
+                  if any(v.precision == p for v in f.versions) and run.family(f.name, p) is None]
+        self.prepare_cases(groups)
+        self.precompile([v for f, p in groups for v in f.versions if v.precision == p])
+        for family, precision in groups:
+            result = self.bench_family(family, precision, on_row=on_row)
+            self.drop_cases(family)
+            run.put(result)
+            run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
+            if json_path:
+                save(json_path, run)  # after each family: nothing lost if a later one stops us
+            if on_family:
+                on_family(result)
+        run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
+        if json_path:
+            save(json_path, run)
+        return run
+
+    def check(self, versions: list[Version], on_row: Callable[[Row], None] | None = None) -> list[Row]:
+        """Check versions at the family's default and test sizes, no timing."""
+        saved = self.options.time
+        self.options.time = False
+        try:
+            rows = []
+            for v in versions:
+                rows.append(self.run_version(v))
+                if on_row:
+                    on_row(rows[-1])
+            return rows
+        finally:
+            self.options.time = saved
+
+
+def rows_from(res: dict, req: dict, family: str) -> list[Row]:
+    """The rows a job produced; where it crashed or hung, the row it was on (and any it never
+    reached) carries the job's status and reason."""
+    rows = [Row.from_json(r, family) for r in res.get("rows", [])]
+    for r in rows:
+        if r.status == "started":
+            r.status, r.reason = res.get("status", "crashed"), res.get("reason", "no result")
+            r.stderr = res.get("stderr")
+    for spec in req["providers"][len(rows):]:
+        rows.append(Row(spec["kind"], family, spec.get("version"), status=res.get("status", "crashed"),
+                        reason=f"not run: {res.get('reason', 'the worker stopped')}"))
+    if res.get("status") not in ("passed", None) and all(r.status == "passed" for r in rows):
+        for r in rows:
+            r.status, r.reason = res["status"], res.get("reason")
+    return rows
+
+
+def build_cases(root: str, family_name: str, precision: str, plan, folder: str) -> list[str]:
+    """Draw inputs and run the reference for each (sizes, seed); save them for the workers."""
+    family = Project(root).family(family_name)
+    paths = []
+    for i, (sizes, seed) in enumerate(plan):
+        path = f"{folder}/{i}"
+        save_case(make_case(family, sizes, seed, precision), path)
+        paths.append(path)
+    return paths
+
+
+def require_pycuda() -> None:
+    if importlib.util.find_spec("pycuda") is None:
+        raise NoGPU("PyCUDA is not installed. On a machine with a CUDA GPU and toolkit: "
+                    "pip install -e '.[gpu]'  (or use Modal: modal run modal_app.py)")
+
+
+def git_commit() -> str | None:
+    """The project's commit (WORKBENCH_COMMIT when the tree travelled without its .git)."""
+    if os.environ.get("WORKBENCH_COMMIT"):
+        return os.environ["WORKBENCH_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=PROJECT_ROOT,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None

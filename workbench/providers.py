@@ -1,0 +1,411 @@
+"""Providers: everything that can fill a row of a table, behind one interface (check, then time).
+
+A provider computes the family's op on device buffers: a version of the family (its kernels and
+library calls, launched through launch.py), the family's PyTorch equivalent, or a plain copy of
+the family's byte count (the practical ceiling at that size). `run_row` drives any of them the
+same way, so every row of a table is checked and timed by the same code:
+
+1. check: for every case (size set and seed) and every configuration (block size), reset the
+   buffers (inputs restored, outputs and scratch poisoned with NaN), launch, and compare every
+   output element on the device against the reference's;
+2. time (cases[0], the timed size): every configuration briefly, then the front-runners with
+   the full budget (timing.py: L2 flushed before and drained after each launch);
+3. check again after timing, at the timed size, at every configuration.
+
+This module runs inside the worker process (worker.py), which owns the CUDA context.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import expr
+from .check import INT_POISON, Case, compare_all
+from .family import DTYPES, Arg, Family, Version
+from .results import CheckSummary, Measured, Row
+
+NAN_BITS = {"f32": 0x7FC00000, "bf16": 0x7FC07FC0}  # bf16: two NaNs per 32-bit word
+ITEMSIZE = {name: np.dtype(dt).itemsize for name, dt in DTYPES.items()}
+# Timing: every configuration gets a short look, the ones near the best the full budget.
+SCREEN_FRACTION = 0.25
+FINALISTS = 2
+Launch = Callable[[Any], None]
+
+
+def _nbytes(arg: Arg, shape: Sequence[int]) -> int:
+    """Whole 32-bit words (poisoning fills words), at least one."""
+    return max(4, -(-int(np.prod(shape)) * ITEMSIZE[arg.dtype] // 4) * 4)
+
+
+class CaseBuffers:
+    """One case on the device: a buffer per argument, a pristine copy of every input (restored
+    by a device-to-device copy before each launch: re-uploading a 1.6 GB softmax input from the
+    host at every block size would dominate a bench), the expected outputs (compared on the
+    device), and the scratch a provider asks for."""
+
+    def __init__(self, args: Sequence[Arg], shapes: dict[str, tuple[int, ...]], case: Case):
+        import pycuda.driver as drv
+        from .launch import DeviceBuffer
+        self.drv, self._DeviceBuffer = drv, DeviceBuffer
+        self.args, self.shapes, self.case, self.sizes = list(args), shapes, case, case.sizes
+        self.allocs: dict[str, Any] = {}
+        self.buffers: dict[str, DeviceBuffer] = {}
+        self._pristine: dict[str, Any] = {}
+        self._scratch: list[str] = []
+        for arg in self.args:
+            nbytes = _nbytes(arg, shapes[arg.name])
+            self._alloc(arg.name, nbytes, arg.dtype)
+            if arg.is_input:
+                host = np.ascontiguousarray(case.inputs[arg.name])
+                self._pristine[arg.name] = drv.mem_alloc(nbytes)
+                drv.memcpy_htod(self._pristine[arg.name], host)
+            if arg.is_output:
+                self._alloc(f"expected {arg.name}", max(4, 4 * int(np.prod(shapes[arg.name]))), "f32")
+                drv.memcpy_htod(self.buffers[f"expected {arg.name}"].ptr,
+                                np.ascontiguousarray(case.expected[arg.name], dtype=np.float32))
+
+    def _alloc(self, name: str, nbytes: int, dtype: str) -> None:
+        mem = self.drv.mem_alloc(nbytes)
+        self.allocs[name] = mem
+        self.buffers[name] = self._DeviceBuffer(int(mem), nbytes, dtype)
+
+    def with_scratch(self, scratch: dict[str, tuple[int, str]]) -> dict:
+        """Make sure each scratch buffer exists and is large enough; they are poisoned by reset."""
+        for name, (nbytes, dtype) in scratch.items():
+            if name not in self.buffers or self.buffers[name].nbytes < nbytes:
+                if name in self.allocs:
+                    self.allocs.pop(name).free()
+                self._alloc(name, nbytes, dtype)
+        self._scratch = list(scratch)
+        return self.buffers
+
+    def reset(self) -> None:
+        """Restore the inputs, poison the outputs and scratch so an unwritten element shows."""
+        for arg in self.args:
+            buf = self.buffers[arg.name]
+            if arg.is_input:
+                self.drv.memcpy_dtod(buf.ptr, self._pristine[arg.name], buf.nbytes)
+            else:
+                self._poison(buf)
+        for name in self._scratch:
+            self._poison(self.buffers[name])
+
+    def _poison(self, buf) -> None:
+        bits = NAN_BITS.get(buf.dtype, INT_POISON & 0xFFFFFFFF)
+        self.drv.memset_d32(buf.ptr, bits, buf.nbytes // 4)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        from .check import from_storage
+        out = {}
+        for arg in self.args:
+            if arg.is_output:
+                host = np.empty(self.shapes[arg.name], dtype=DTYPES[arg.dtype])
+                self.drv.memcpy_dtoh(host, self.buffers[arg.name].ptr)
+                out[arg.name] = from_storage(host, arg.dtype)
+        return out
+
+    def free(self) -> None:
+        for mem in [*self.allocs.values(), *self._pristine.values()]:
+            mem.free()
+        self.allocs.clear()
+        self._pristine.clear()
+
+
+class Provider:
+    """What fills one row. Subclasses say what they compute and how it is launched."""
+
+    kind = "version"
+    title = ""
+    version: int | None = None
+
+    def args(self) -> list[Arg]:
+        """The buffers the provider works on (the family's arguments, for all but the copy)."""
+        raise NotImplementedError
+
+    def configs(self) -> list[int | None]:
+        """What is swept when timing: block sizes, or [None]."""
+        return [None]
+
+    def unmet(self, sizes: dict) -> list[str]:
+        """Preconditions these sizes violate (a version's); such cases are skipped."""
+        return []
+
+    def checked(self, arg: Arg) -> bool:
+        return arg.is_output
+
+    def tolerance(self, arg: Arg) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def scratch(self, sizes: dict, config) -> dict[str, tuple[int, str]]:
+        return {}
+
+    def prepare(self, bufs: CaseBuffers, config) -> tuple[Launch, Launch | None]:
+        """(launch, collect): `launch(stream)` runs the op; `collect(stream)`, when not None, runs
+        after a check's launch to put its results into the output buffers (torch returns new
+        tensors)."""
+        raise NotImplementedError
+
+    def described(self) -> list[str]:
+        return []
+
+
+class VersionProvider(Provider):
+    """A version of the family: its kernels, memsets and library calls, as its header says."""
+
+    def __init__(self, version: Version, block_sizes: list[int] | None = None):
+        from . import compile as wb_compile
+        self.v = version
+        self.family = version.family
+        self.version, self.title = version.number, version.title
+        self.module, self.resources, self.warnings = wb_compile.load_module(version.path)
+        self._configs = list(block_sizes or version.block_sizes)
+        self._described: list[str] = []
+
+    def args(self) -> list[Arg]:
+        return self.v.args
+
+    def configs(self):
+        return self._configs
+
+    def unmet(self, sizes):
+        return self.v.unmet(sizes)
+
+    def tolerance(self, arg):
+        return self.v.tolerance(arg)
+
+    def scratch(self, sizes, config):
+        from .launch import scratch_sizes
+        return scratch_sizes(self.v, sizes, config)
+
+    def prepare(self, bufs, config):
+        from .launch import build_plan
+        plan = build_plan(self.v, self.module, bufs.sizes, config, bufs.buffers, None, self.resources)
+        self._described = plan.described
+        return plan, None
+
+    def described(self):
+        return self._described
+
+
+class TorchProvider(Provider):
+    """The family's PyTorch equivalent (the contract's `torch` expression), on views of the same
+    device buffers, on the same stream. Only `torch_outputs` are compared."""
+
+    kind = "torch"
+
+    def __init__(self, family: Family, precision: str | None = None):
+        import torch
+        import torch.nn.functional as F
+        self.family, self.torch, self.F = family, torch, F
+        self.precision = precision or family.default_precision
+        self.expression = family.torch_expression(self.precision)
+        self.title = f"torch: {self.expression}"
+        self.code = compile(self.expression, f"<{family.name} torch>", "eval")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self._stream = None
+
+    def args(self):
+        return self.family.args_for(self.precision)
+
+    def checked(self, arg):
+        return arg.name in self.family.torch_outputs
+
+    def tolerance(self, arg):
+        return self.family.tolerance(arg, self.precision)
+
+    def prepare(self, bufs, config):
+        import pycuda.driver as drv
+        torch = self.torch
+        if self._stream is None:
+            self._stream = drv.Stream()  # the caller's stream is handed in per launch
+        views = {a.name: _torch_view(torch, bufs.buffers[a.name], bufs.shapes[a.name]) for a in bufs.args}
+        env = {**self.family.env(bufs.sizes), **views, "torch": torch, "F": self.F,
+               "ref": self.family.reference_module}
+        result: dict[str, Any] = {}
+
+        def launch(stream):
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream.handle)):
+                got = eval(self.code, {"__builtins__": {}}, env)  # the contract's own expression
+            result["got"] = got if isinstance(got, (tuple, list)) else (got,)
+
+        def collect(stream):
+            with torch.cuda.stream(torch.cuda.ExternalStream(stream.handle)):
+                for name, value in zip(self.family.torch_outputs, result["got"]):
+                    target = views[name]
+                    target.copy_(value.detach().reshape(target.shape).to(target.dtype))
+        return launch, collect
+
+    def described(self):
+        return [self.expression]
+
+
+def _torch_view(torch, buf, shape):
+    """A torch tensor on a device buffer we own (no copy), through __cuda_array_interface__."""
+    typestr = {"f32": "<f4", "i32": "<i4", "bf16": "<u2"}[buf.dtype]
+
+    class View:
+        __cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (buf.ptr, False),
+                                    "version": 3, "strides": None}
+    t = torch.as_tensor(View(), device="cuda")
+    return t.view(torch.bfloat16) if buf.dtype == "bf16" else t
+
+
+class CopyProvider(Provider):
+    """A device-to-device copy of the family's byte count (half read, half written): what any
+    kernel moving those bytes could at best achieve, timed exactly like one. Its check: the copy
+    equals its source."""
+
+    kind = "copy"
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+        self.words = max(1, nbytes // 8)
+        self.title = "copy of the same bytes (the ceiling at this size)"
+        self._args = [Arg("dst", "out", "W"), Arg("src", "in", "W", init="uniform(-1, 1)")]
+
+    def args(self):
+        return self._args
+
+    def tolerance(self, arg):
+        return 0.0, 0.0
+
+    def case(self) -> tuple[Case, dict]:
+        src = np.random.default_rng(0).uniform(-1, 1, self.words).astype(np.float32)
+        shapes = {"dst": (self.words,), "src": (self.words,)}
+        return Case({"W": self.words}, 0, {"src": src}, {"dst": src.astype(np.float64)}), shapes
+
+    def prepare(self, bufs, config):
+        import pycuda.driver as drv
+        dst, src, n = bufs.buffers["dst"].ptr, bufs.buffers["src"].ptr, self.words * 4
+        return (lambda stream: drv.memcpy_dtod_async(dst, src, n, stream)), None
+
+    def described(self):
+        return [f"cuMemcpyDtoDAsync of {self.words * 4:,} bytes"]
+
+
+# -- the driver --------------------------------------------------------------------------------
+class Checker:
+    """Checks a provider's launch at one case and configuration, and keeps the record."""
+
+    def __init__(self, provider: Provider, row: Row, comparer):
+        self.p, self.row, self.comparer = provider, row, comparer
+        self.summary = CheckSummary()
+        row.check = self.summary
+
+    def __call__(self, bufs: CaseBuffers, config, when: str, stream) -> bool:
+        bufs.with_scratch(self.p.scratch(bufs.sizes, config))
+        launch, collect = self.p.prepare(bufs, config)
+        bufs.reset()
+        launch(stream)
+        if collect is not None:
+            collect(stream)
+        stream.synchronize()
+        reports = []
+        for arg in bufs.args:
+            if arg.is_output and self.p.checked(arg):
+                n = int(np.prod(bufs.shapes[arg.name]))
+                reports.append(self.comparer(arg, bufs.buffers[arg.name].ptr,
+                                             bufs.buffers[f"expected {arg.name}"].ptr, n, *self.p.tolerance(arg)))
+        ok = all(r.ok for r in reports)
+        if not ok:  # download for the details: the first mismatches in the op's coordinates
+            outputs = bufs.outputs()
+            reports = compare_all([a for a in bufs.args if a.is_output and self.p.checked(a)], self.p.tolerance,
+                                  bufs.case, outputs)
+        self.summary.add(bufs.sizes, bufs.case.seed, config, when,
+                         max((r.max_abs for r in reports), default=0.0), max((r.max_rel for r in reports), default=0.0))
+        if not ok and len(self.row.failures) < 10:
+            self.row.failures.append({"sizes": dict(bufs.sizes), "seed": bufs.case.seed, "block_size": config,
+                                      "when": when, "ok": False, "args": [r.to_json() for r in reports]})
+        return ok
+
+
+def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: Callable[[Case], dict],
+            options: dict, report: Callable[[str], None], row: Row) -> Row:
+    """Check, time, re-check one provider; fills `row` as it goes (the worker flushes it to disk
+    at every phase, so a crash or a timeout still says how far it got)."""
+    import pycuda.driver as drv
+    from .check import DeviceComparer
+    from .launch import LaunchConfigError
+    from .timing import L2Flush, measure
+
+    stream = drv.Stream()
+    checker = Checker(provider, row, DeviceComparer())
+    configs = provider.configs()
+    failed = False
+    report("check")
+    skipped: list[dict] = []
+    for case in cases:
+        unmet = provider.unmet(case.sizes)
+        if unmet:
+            if case.sizes not in [s["sizes"] for s in skipped]:
+                skipped.append({"sizes": case.sizes, "requires": unmet})
+            continue
+        bufs = CaseBuffers(provider.args(), shapes_of(case), case)
+        try:
+            for config in configs:
+                if config in row.unusable_block_sizes:
+                    continue
+                report(f"check {case.label}" + (f" block size {config}" if config is not None else ""))
+                try:
+                    failed |= not checker(bufs, config, "before timing", stream)
+                except LaunchConfigError as e:
+                    row.unusable_block_sizes[config] = str(e)
+        finally:
+            bufs.free()
+    row.skipped_sizes = skipped
+    usable = [c for c in configs if c not in row.unusable_block_sizes]
+    if not usable:
+        row.status, row.reason = "failed", "no block size can be launched: " + "; ".join(row.unusable_block_sizes.values())
+        return row
+    if failed:
+        row.status = "failed"
+        return row
+    timed = cases[0]
+    if provider.unmet(timed.sizes):
+        row.status, row.reason = "refused", f"requires {' and '.join(provider.unmet(timed.sizes))}"
+        return row
+    if options.get("time", True):
+        flush = L2Flush() if options.get("flush", True) else None
+        bufs = CaseBuffers(provider.args(), shapes_of(timed), timed)
+        budget = float(options.get("budget", 0.4))
+        screen = options.get("screen", True) and len(usable) > FINALISTS
+        raw = {}
+        try:
+            for config in usable:
+                report("time" + (f" block size {config}" if config is not None else ""))
+                bufs.with_scratch(provider.scratch(timed.sizes, config))
+                bufs.reset()
+                launch, _ = provider.prepare(bufs, config)
+                raw[config] = measure(launch, stream, flush, budget_s=budget * SCREEN_FRACTION if screen else budget,
+                                      min_reps=9 if screen else 15)
+            if screen:
+                for config in sorted(raw, key=lambda c: raw[c].median_us)[:FINALISTS]:
+                    report(f"time block size {config} (front-runner, full budget)")
+                    bufs.with_scratch(provider.scratch(timed.sizes, config))
+                    bufs.reset()
+                    launch, _ = provider.prepare(bufs, config)
+                    raw[config] = measure(launch, stream, flush, budget_s=budget)
+            row.launches = provider.described()
+            nbytes, flops, ceiling = options["bytes"], options.get("flops"), options["ceiling_gbps"]
+            row.timings = {c: Measured.of(c, t, nbytes, flops, ceiling) for c, t in raw.items()}
+            report("re-check after timing")
+            for config in usable:
+                if not checker(bufs, config, "after timing", stream):
+                    row.status, row.reason = "failed", "passed before timing but failed after it"
+                    return row
+        finally:
+            bufs.free()
+    row.status = "passed"
+    return row
+
+
+def shapes_for(args: Sequence[Arg], env_of: Callable[[dict], dict]) -> Callable[[Case], dict]:
+    """A case's buffer shapes, from each argument's shape expression."""
+    def shapes(case: Case) -> dict:
+        env = env_of(case.sizes)
+        return {a.name: expr.evaluate_shape(a.shape, env) for a in args}
+    return shapes
+
