@@ -113,35 +113,20 @@ block = "block_size"
 args = ["dqkv", "dqkvp", "B", "T", "NH", "HS"]
 */
 
+#include "attention_glue.cuh"  // permute_qkv, permute_heads, unpermute_qkv
+#include "reduce.cuh"          // warp_sum: every lane gets the warp's total
+
 // qkv (B, T, 3, NH, HS) -> qkvp (3, B*NH, T, HS) and dout (B, T, NH, HS) -> dop (B*NH, T, HS)
 extern "C" __global__ void attention_backward_permute3(float* qkvp, float* dop, const float* qkv,
                                                         const float* dout, int B, int T, int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    size_t C = (size_t)NH * HS, N = (size_t)B * NH * T * HS;
-    size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    size_t dst = (size_t)bh * T * HS + i;
-    qkvp[dst] = qkv[src];
-    qkvp[N + dst] = qkv[src + C];
-    qkvp[2 * N + dst] = qkv[src + 2 * C];
-    dop[dst] = dout[((size_t)b * T + t) * C + (size_t)h * HS + d];
+    permute_qkv(qkvp, qkv, B, T, NH, HS);
+    permute_heads(dop, dout, B, T, NH, HS);
 }
 
 // dqkvp (3, B*NH, T, HS) -> dqkv (B, T, 3, NH, HS)
 extern "C" __global__ void attention_backward_unpermute3(float* dqkv, const float* dqkvp, int B, int T,
                                                           int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    size_t C = (size_t)NH * HS, N = (size_t)B * NH * T * HS;
-    size_t dst = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    size_t src = (size_t)bh * T * HS + i;
-    dqkv[dst] = dqkvp[src];
-    dqkv[dst + C] = dqkvp[N + src];
-    dqkv[dst + 2 * C] = dqkvp[2 * N + src];
+    unpermute_qkv(dqkv, dqkvp, B, T, NH, HS);
 }
 
 extern "C" __global__ void attention_softmax_backward3(float* att, float* datt, const float* lse, int rows,
@@ -159,6 +144,6 @@ extern "C" __global__ void attention_softmax_backward3(float* att, float* datt, 
         p[i] = pi;
         D = fmaf(pi, i <= t ? g[i] : 0.0f, D);
     }
-    for (int o = 16; o > 0; o /= 2) D += __shfl_xor_sync(0xffffffff, D, o);
+    D = warp_sum(D);
     for (int i = lane; i < T; i += 32) g[i] = i <= t ? p[i] * (g[i] - D) : 0.0f;
 }

@@ -116,54 +116,24 @@ block = "block_size"
 args = ["dqkv", "dqkvp", "B", "T", "NH", "HS"]
 */
 
+#include "attention_glue.cuh"  // permute_qkv, permute_heads, unpermute_qkv
+#include "reduce.cuh"          // block_sum: every thread gets the total
+
 // qkv (B, T, 3, NH, HS) -> qkvp (3, B*NH, T, HS) and dout (B, T, NH, HS) -> dop (B*NH, T, HS)
 extern "C" __global__ void attention_backward_permute4(float* qkvp, float* dop, const float* qkv,
                                                         const float* dout, int B, int T, int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    size_t C = (size_t)NH * HS, N = (size_t)B * NH * T * HS;
-    size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    size_t dst = (size_t)bh * T * HS + i;
-    qkvp[dst] = qkv[src];
-    qkvp[N + dst] = qkv[src + C];
-    qkvp[2 * N + dst] = qkv[src + 2 * C];
-    dop[dst] = dout[((size_t)b * T + t) * C + (size_t)h * HS + d];
+    permute_qkv(qkvp, qkv, B, T, NH, HS);
+    permute_heads(dop, dout, B, T, NH, HS);
 }
 
 // dqkvp (3, B*NH, T, HS) -> dqkv (B, T, 3, NH, HS)
 extern "C" __global__ void attention_backward_unpermute4(float* dqkv, const float* dqkvp, int B, int T,
                                                           int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    size_t C = (size_t)NH * HS, N = (size_t)B * NH * T * HS;
-    size_t dst = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    size_t src = (size_t)bh * T * HS + i;
-    dqkv[dst] = dqkvp[src];
-    dqkv[dst + C] = dqkvp[N + src];
-    dqkv[dst + 2 * C] = dqkvp[2 * N + src];
-}
-
-__device__ float block_sum(float v, float* slots) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffff, v, o);
-    if (lane == 0) slots[warp] = v;
-    __syncthreads();  // also publishes the shared row cache written before the call
-    if (warp == 0) {
-        float w = lane < warps ? slots[lane] : 0.0f;
-        for (int o = 16; o > 0; o /= 2) w += __shfl_xor_sync(0xffffffff, w, o);
-        if (lane == 0) slots[32] = w;
-    }
-    __syncthreads();
-    return slots[32];
+    unpermute_qkv(dqkv, dqkvp, B, T, NH, HS);
 }
 
 extern "C" __global__ void attention_softmax_backward4(float* att, float* datt, const float* lse, int T) {
     extern __shared__ float4 cache[];  // T/4 float4s of P, then T/4 of dP
-    __shared__ float slots[33];
     float4* P4 = cache;
     float4* G4 = cache + T / 4;
     size_t row = blockIdx.x;
@@ -189,7 +159,7 @@ extern "C" __global__ void attention_softmax_backward4(float* att, float* datt, 
         P4[i] = p;
         G4[i] = g;
     }
-    D = block_sum(D, slots);
+    D = block_sum(D);  // its first barrier also publishes the row cache written above
     for (int i = threadIdx.x; i < T / 4; i += blockDim.x) {
         float4 p = P4[i], g = G4[i];
         g4[i] = make_float4(p.x * (g.x - D), p.y * (g.y - D), p.z * (g.z - D), p.w * (g.w - D));

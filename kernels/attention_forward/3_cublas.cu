@@ -66,68 +66,30 @@ block = "block_size"
 args = ["out", "y", "B", "T", "NH", "HS"]
 */
 
+#include "attention_glue.cuh"  // permute_qkv, unpermute_heads
+#include "reduce.cuh"          // block_max, block_sum: every thread gets the result
+
 // qkv (B, T, 3, NH, HS) -> qkvp (3, B, NH, T, HS); one thread per (t, d) of head blockIdx.y.
 extern "C" __global__ void attention_permute3(float* qkvp, const float* qkv, int B, int T, int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    size_t C = (size_t)NH * HS, N = (size_t)B * NH * T * HS;
-    size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    size_t dst = (size_t)bh * T * HS + i;
-    qkvp[dst] = qkv[src];
-    qkvp[N + dst] = qkv[src + C];
-    qkvp[2 * N + dst] = qkv[src + 2 * C];
+    permute_qkv(qkvp, qkv, B, T, NH, HS);
 }
 
 // y (B, NH, T, HS) -> out (B, T, NH, HS)
 extern "C" __global__ void attention_unpermute3(float* out, const float* y, int B, int T, int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    out[((size_t)b * T + t) * NH * HS + (size_t)h * HS + d] = y[(size_t)bh * T * HS + i];
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffff, v, o);
-    return v;
-}
-
-// Block-wide max or sum (blockDim.x a multiple of 32); every thread gets the result.
-__device__ float block_reduce(float v, bool is_max, float* slots) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = is_max ? warp_max(v) : warp_sum(v);
-    if (lane == 0) slots[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float w = lane < warps ? slots[lane] : (is_max ? -INFINITY : 0.0f);
-        w = is_max ? warp_max(w) : warp_sum(w);
-        if (lane == 0) slots[32] = w;
-    }
-    __syncthreads();
-    float result = slots[32];
-    __syncthreads();  // the slots are reused by the next call
-    return result;
+    unpermute_heads(out, y, B, T, NH, HS);
 }
 
 // A block per row of scaled scores: softmax over t2 <= t, zeros above, lse of the row.
 extern "C" __global__ void attention_softmax3(float* att, float* lse, int T) {
-    __shared__ float slots[33];
     size_t row = blockIdx.x;
     int t = row % T;
     float* x = att + row * T;
     float m = -INFINITY;
     for (int i = threadIdx.x; i <= t; i += blockDim.x) m = fmaxf(m, x[i]);
-    m = block_reduce(m, true, slots);
+    m = block_max(m);
     float sum = 0.0f;
     for (int i = threadIdx.x; i <= t; i += blockDim.x) sum += expf(x[i] - m);
-    sum = block_reduce(sum, false, slots);
+    sum = block_sum(sum);
     float inv = 1.0f / sum;
     for (int i = threadIdx.x; i < T; i += blockDim.x) x[i] = i <= t ? expf(x[i] - m) * inv : 0.0f;
     if (threadIdx.x == 0) lse[row] = m + logf(sum);

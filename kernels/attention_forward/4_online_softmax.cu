@@ -67,26 +67,14 @@ args = ["out", "y", "B", "T", "NH", "HS"]
 */
 
 #include <float.h>
+#include "attention_glue.cuh"  // permute_qkv, unpermute_heads: as in version 3
 
 extern "C" __global__ void attention_permute4(float* qkvp, const float* qkv, int B, int T, int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    size_t C = (size_t)NH * HS, N = (size_t)B * NH * T * HS;
-    size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * HS + d;
-    size_t dst = (size_t)bh * T * HS + i;
-    qkvp[dst] = qkv[src];
-    qkvp[N + dst] = qkv[src + C];
-    qkvp[2 * N + dst] = qkv[src + 2 * C];
+    permute_qkv(qkvp, qkv, B, T, NH, HS);
 }
 
 extern "C" __global__ void attention_unpermute4(float* out, const float* y, int B, int T, int NH, int HS) {
-    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (unsigned)T * HS) return;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    int t = i / HS, d = i % HS;
-    out[((size_t)b * T + t) * NH * HS + (size_t)h * HS + d] = y[(size_t)bh * T * HS + i];
+    unpermute_heads(out, y, B, T, NH, HS);
 }
 
 // A warp per row of raw scores q.k: probabilities in place (zeros above the diagonal) and lse.

@@ -27,6 +27,8 @@ shared = "4 * (2 * 64 * 68 + 64 * 64 + 64 * 80)"
 args = ["out", "lse", "qkv", "B", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 */
 
+#include "reduce.cuh"  // warp_max<16>, warp_sum<16>: over the half-warp that shares a row
+
 #define BR 64        // query rows per block
 #define BC 64        // key rows per tile
 #define DP 64        // head channels, zero-padded to 64 in shared memory
@@ -122,8 +124,7 @@ attention_forward5(float* out, float* lse, const float* qkv, int B, int T, int N
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             float mx = fmaxf(fmaxf(s[i][0], s[i][1]), fmaxf(s[i][2], s[i][3]));
-#pragma unroll
-            for (int off = 8; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
+            mx = warp_max<16>(mx);
             float mnew = fmaxf(m[i], mx);
             float alpha = exp2f(m[i] - mnew);
             float sum = 0.0f;
@@ -165,8 +166,7 @@ attention_forward5(float* out, float* lse, const float* qkv, int B, int T, int N
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         float lt = l[i];
-#pragma unroll
-        for (int off = 8; off > 0; off /= 2) lt += __shfl_xor_sync(0xffffffff, lt, off);
+        lt = warp_sum<16>(lt);
         int r = q0 + ty + 16 * i;
         if (r < T) {
             float inv = 1.0f / lt;

@@ -27,6 +27,8 @@ shared = "4 * (128 * 68 + 64 * 68 + 64 * 64 + 128 * 72)"
 args = ["out", "lse", "qkv", "B", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 */
 
+#include "reduce.cuh"  // warp_max<8>, warp_sum<8>: over the quarter-warp that shares a row
+
 #define BR 128
 #define BC 64
 #define DP 64
@@ -124,8 +126,7 @@ attention_forward6(float* out, float* lse, const float* qkv, int B, int T, int N
             float mx = s[i][0];
 #pragma unroll
             for (int j = 1; j < 8; j++) mx = fmaxf(mx, s[i][j]);
-#pragma unroll
-            for (int off = 4; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
+            mx = warp_max<8>(mx);
             float mnew = fmaxf(m[i], mx);
             float alpha = exp2f(m[i] - mnew);
             float sum = 0.0f;
@@ -177,8 +178,7 @@ attention_forward6(float* out, float* lse, const float* qkv, int B, int T, int N
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         float lt = l[i];
-#pragma unroll
-        for (int off = 4; off > 0; off /= 2) lt += __shfl_xor_sync(0xffffffff, lt, off);
+        lt = warp_sum<8>(lt);
         int r = q0 + ty + 16 * i;
         if (r < T) {
             float inv = 1.0f / lt;

@@ -1,5 +1,6 @@
 /*
 title = "One thread per dout element, atomicAdd into dwte and dwpe"
+deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "The starting point: every element of dout is added to its two destinations with atomicAdd."
 why = """
 Positions holding the same token write the same dwte row, and the B positions of a time step

@@ -19,13 +19,7 @@ block = "block_size"
 args = ["logits", "losses", "targets", "dloss", "N", "V", "Vp"]
 */
 #include <cfloat>
-
-// (m, s) <- (m, s) + (m2, s2); (-FLT_MAX, 0) is the empty pair (its terms vanish, never NaN).
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-    float mm = fmaxf(m, m2);
-    s = s * expf(m - mm) + s2 * expf(m2 - mm);
-    m = mm;
-}
+#include "online_softmax.cuh"  // warp_online_merge: (max, sum) pairs, as in softmax_forward 6
 
 extern "C" __global__ void fused_classifier1(float* logits, float* losses, const int* targets,
                                              float dloss, int N, int V, int Vp) {
@@ -47,11 +41,7 @@ extern "C" __global__ void fused_classifier1(float* logits, float* losses, const
         }
         if (i == target) x_target = xi;
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-        float m2 = __shfl_xor_sync(0xffffffff, m, offset);
-        float s2 = __shfl_xor_sync(0xffffffff, s, offset);
-        merge(m, s, m2, s2);
-    }
+    warp_online_merge(m, s);  // five rounds of shuffles; every lane gets the row's pair
     if (target < 0) {
         if (lane == 0) losses[row] = __int_as_float(0x7fc00000);  // NaN: bad target
     } else if (lane == target % 32) {

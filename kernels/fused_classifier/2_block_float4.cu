@@ -23,58 +23,15 @@ args = ["logits", "losses", "targets", "dloss", "N", "V", "Vp"]
 */
 #include <cfloat>
 #include <cstdint>
+#include "online_softmax.cuh"  // online_update/4, block_online_merge
 
 #define UNROLL 4
-
-// (m, s) <- (m, s) + (m2, s2); (-FLT_MAX, 0) is the empty pair (its terms vanish, never NaN).
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-    float mm = fmaxf(m, m2);
-    s = s * expf(m - mm) + s2 * expf(m2 - mm);
-    m = mm;
-}
-
-__device__ __forceinline__ void warp_merge(float& m, float& s) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        float m2 = __shfl_xor_sync(0xffffffff, m, offset);
-        float s2 = __shfl_xor_sync(0xffffffff, s, offset);
-        merge(m, s, m2, s2);
-    }
-}
-
-// Every thread gets the block's merged (max, sum); blockDim.x % 32 == 0.
-__device__ void block_merge(float& m, float& s) {
-    __shared__ float warp_m[32], warp_s[32];
-    __shared__ float row_m, row_s;
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, warps = blockDim.x / 32;
-    warp_merge(m, s);
-    if (lane == 0) {
-        warp_m[wid] = m;
-        warp_s[wid] = s;
-    }
-    __syncthreads();
-    if (wid == 0) {
-        float wm = lane < warps ? warp_m[lane] : -FLT_MAX;
-        float ws = lane < warps ? warp_s[lane] : 0.0f;
-        warp_merge(wm, ws);
-        if (lane == 0) {
-            row_m = wm;
-            row_s = ws;
-        }
-    }
-    __syncthreads();
-    m = row_m;
-    s = row_s;
-}
 
 // Column `col` of the row holds x: fold it into the running pair if it is a real column, and
 // remember it if it is the target's.
 __device__ __forceinline__ void fold(float& m, float& s, float& x_target, bool& owner, float x,
                                      int col, int V, int target) {
-    if (col < V) {
-        float mm = fmaxf(m, x);
-        s = s * expf(m - mm) + expf(x - mm);
-        m = mm;
-    }
+    if (col < V) online_update(m, s, x);
     if (col == target) {
         x_target = x;
         owner = true;
@@ -85,9 +42,7 @@ __device__ __forceinline__ void fold(float& m, float& s, float& x_target, bool& 
 __device__ __forceinline__ void fold4(float& m, float& s, float& x_target, bool& owner, float4 v,
                                       int col, int V, int target) {
     if (col + 3 < V) {
-        float mm = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-        s = s * expf(m - mm) + ((expf(v.x - mm) + expf(v.y - mm)) + (expf(v.z - mm) + expf(v.w - mm)));
-        m = mm;
+        online_update4(m, s, v);
         unsigned c = (unsigned)(target - col);  // target < 0 wraps to a huge value
         if (c < 4u) {
             x_target = c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
@@ -132,7 +87,7 @@ extern "C" __global__ void fused_classifier2(float* logits, float* losses, const
     }
     for (int col = 4 * n4 + tid; col < Vp; col += nt) fold(m, s, x_target, owner, x[col], col, V, target);
 
-    block_merge(m, s);  // its barriers also order every read above before every write below
+    block_online_merge(m, s);  // its barriers also order every read above before every write below
     if (owner) losses[row] = logf(s) + m - x_target;
     if (target < 0 && tid == 0) losses[row] = __int_as_float(0x7fc00000);  // NaN: bad target
     float inv = 1.0f / s;

@@ -50,61 +50,7 @@ args = ["logits", "losses", "targets", "dloss", "N", "V", "Vp"]
 */
 #include <cfloat>
 #include <cstdint>
-
-// (m, s) <- (m, s) + (m2, s2); (-FLT_MAX, 0) is the empty pair (its terms vanish, never NaN).
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-    float mm = fmaxf(m, m2);
-    s = s * expf(m - mm) + s2 * expf(m2 - mm);
-    m = mm;
-}
-
-__device__ __forceinline__ void warp_merge(float& m, float& s) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        float m2 = __shfl_xor_sync(0xffffffff, m, offset);
-        float s2 = __shfl_xor_sync(0xffffffff, s, offset);
-        merge(m, s, m2, s2);
-    }
-}
-
-// Every thread gets the block's merged (max, sum); BLOCK % 32 == 0.
-template <int BLOCK>
-__device__ void block_merge(float& m, float& s) {
-    __shared__ float warp_m[32], warp_s[32];
-    __shared__ float row_m, row_s;
-    constexpr int warps = BLOCK / 32;
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    warp_merge(m, s);
-    if (lane == 0) {
-        warp_m[wid] = m;
-        warp_s[wid] = s;
-    }
-    __syncthreads();
-    if (wid == 0) {
-        float wm = lane < warps ? warp_m[lane] : -FLT_MAX;
-        float ws = lane < warps ? warp_s[lane] : 0.0f;
-        warp_merge(wm, ws);
-        if (lane == 0) {
-            row_m = wm;
-            row_s = ws;
-        }
-    }
-    __syncthreads();
-    m = row_m;
-    s = row_s;
-}
-
-// Fold one value, or four, into a running (max, sum) pair.
-__device__ __forceinline__ void update1(float& m, float& s, float x) {
-    float mm = fmaxf(m, x);
-    s = s * expf(m - mm) + expf(x - mm);
-    m = mm;
-}
-
-__device__ __forceinline__ void update4(float& m, float& s, float4 v) {
-    float mm = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-    s = s * expf(m - mm) + ((expf(v.x - mm) + expf(v.y - mm)) + (expf(v.z - mm) + expf(v.w - mm)));
-    m = mm;
-}
+#include "online_softmax.cuh"  // online_update/4, online_merge, block_online_merge
 
 // BLOCK threads per row, K float4 register slots per thread: slot k holds float4 tid + k*BLOCK.
 template <int BLOCK, int K>
@@ -148,12 +94,12 @@ __device__ void classifier_row(float* logits, float* losses, const int* targets,
     // Everything else that is real (head, float4 beyond the slots, the last 0-3 columns), online;
     // it is read again below.
     float m = -FLT_MAX, s = 0.0f;
-    for (int col = tid; col < min(head, V); col += BLOCK) update1(m, s, x[col]);
-    for (int col = rest + tid; col < V; col += BLOCK) update1(m, s, x[col]);
-    for (int i = tid + K * BLOCK; i < n4; i += BLOCK) update4(m, s, x4[i]);
+    for (int col = tid; col < min(head, V); col += BLOCK) online_update(m, s, x[col]);
+    for (int col = rest + tid; col < V; col += BLOCK) online_update(m, s, x[col]);
+    for (int i = tid + K * BLOCK; i < n4; i += BLOCK) online_update4(m, s, x4[i]);
 
-    merge(m, s, m_reg, s_reg);
-    block_merge<BLOCK>(m, s);  // its barriers also order every read above before every write below
+    online_merge(m, s, m_reg, s_reg);
+    block_online_merge<BLOCK / 32>(m, s);  // its barriers also order the reads above before the writes below
     float inv = 1.0f / s;
 
     float a = expf(m_reg - m) * inv * dloss;  // e * a = softmax * dloss for the slots

@@ -23,10 +23,7 @@ block = "block_size"
 args = ["normed", "mean", "rstd", "residual", "weight", "bias", "N", "C", "eps"]
 */
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
+#include "reduce.cuh"  // warp_sum: every lane gets the warp's total
 
 extern "C" __global__ void residual_add(float* residual, const float* inp1, const float* inp2, int total) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -18,10 +18,7 @@ block = "block_size"
 args = ["residual", "normed", "mean", "rstd", "inp1", "inp2", "weight", "bias", "N", "C", "eps"]
 */
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
+#include "reduce.cuh"  // warp_sum: every lane gets the warp's total
 
 extern "C" __global__ void fused_residual_forward2(float* residual, float* normed, float* mean,
                                                    float* rstd, const float* inp1, const float* inp2,

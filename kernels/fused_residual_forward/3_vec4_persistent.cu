@@ -37,10 +37,7 @@ shared = "8 * C"
 args = ["residual", "normed", "mean", "rstd", "inp1", "inp2", "weight", "bias", "N", "C", "eps"]
 */
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
+#include "reduce.cuh"  // warp_sum: every lane gets the warp's total
 
 // VEC: float4 slots per lane, so rows up to 128 * VEC floats fit in registers.
 template <int VEC>

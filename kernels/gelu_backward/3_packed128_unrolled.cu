@@ -19,19 +19,9 @@ block = "block_size"
 args = ["dinp", "inp", "dout", "N"]
 */
 #include <stdint.h>
+#include "gelu.cuh"  // gelu_grad(x), as in version 1
 
 #define UNROLL 4
-#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
-#define GELU_CUBIC 0.044715f
-
-__device__ __forceinline__ float gelu_grad(float x) {
-    float x2 = x * x;
-    float u = GELU_SCALE * (x + GELU_CUBIC * x2 * x);
-    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x2);
-    float e = __expf(fminf(-2.0f * u, 80.0f));
-    float s = 1.0f / (1.0f + e);
-    return s + 2.0f * x * s * (e * s) * du;
-}
 
 extern "C" __global__ void gelu_backward3(float* dinp, const float* inp, const float* dout, int N) {
     long long first = (long long)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;  // float4 group

@@ -20,13 +20,7 @@ block = "block_size"
 args = ["out", "inp", "N"]
 */
 
-#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
-#define GELU_CUBIC 0.044715f
-
-__device__ __forceinline__ float gelu(float x) {
-    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    return x / (1.0f + __expf(fminf(-2.0f * u, 80.0f)));
-}
+#include "gelu.cuh"  // gelu(x): the logistic form described above
 
 extern "C" __global__ void gelu_forward1(float* out, const float* inp, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

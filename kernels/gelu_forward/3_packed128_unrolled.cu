@@ -19,15 +19,9 @@ block = "block_size"
 args = ["out", "inp", "N"]
 */
 #include <stdint.h>
+#include "gelu.cuh"  // gelu(x), as in version 1
 
 #define UNROLL 4
-#define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)
-#define GELU_CUBIC 0.044715f
-
-__device__ __forceinline__ float gelu(float x) {
-    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
-    return x / (1.0f + __expf(fminf(-2.0f * u, 80.0f)));
-}
 
 extern "C" __global__ void gelu_forward3(float* out, const float* inp, int N) {
     long long first = (long long)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;  // float4 group

@@ -1,5 +1,6 @@
 /*
 title = "One element per thread, a shared-memory tree per block, one atomicAdd per block"
+deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "The starting point: each thread squares one gradient, the block sums its squares with a tree in shared memory, and thread 0 adds the block's sum to norm2 with atomicAdd (zeroed first)."
 why = """
 A reduction needs the partial sums of many threads to meet. Inside a block they meet in shared

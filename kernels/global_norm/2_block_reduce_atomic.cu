@@ -1,5 +1,6 @@
 /*
 title = "Grid-stride float4 loads, warp-shuffle block reduce, one atomic per resident block"
+deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "A fixed grid (one wave of resident blocks) streams through the gradients with 128-bit loads, four independent accumulators per thread; warps reduce with shuffles, warps' sums meet in shared memory, and each block issues one atomicAdd."
 why = """
 Version 1 spends a thread, a tree and an atomic on every block_size gradients. Here each thread
@@ -22,21 +23,7 @@ block = "block_size"
 args = ["norm2", "grads", "N"]
 */
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32); the result is valid in thread 0.
-__device__ float block_sum(float v) {
-    __shared__ float per_warp[32];
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    v = warp_sum(v);
-    if (lane == 0) per_warp[wid] = v;
-    __syncthreads();
-    v = threadIdx.x < blockDim.x / 32 ? per_warp[threadIdx.x] : 0.0f;
-    return wid == 0 ? warp_sum(v) : 0.0f;
-}
+#include "reduce.cuh"  // block_sum: shuffles in each warp, then one shared slot per warp
 
 __device__ __forceinline__ float sq4(float4 a) { return (a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w); }
 

@@ -29,21 +29,7 @@ block = "block_size"
 args = ["norm2", "partial", "blocks"]
 */
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32); the result is valid in thread 0.
-__device__ float block_sum(float v) {
-    __shared__ float per_warp[32];
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    v = warp_sum(v);
-    if (lane == 0) per_warp[wid] = v;
-    __syncthreads();
-    v = threadIdx.x < blockDim.x / 32 ? per_warp[threadIdx.x] : 0.0f;
-    return wid == 0 ? warp_sum(v) : 0.0f;
-}
+#include "reduce.cuh"  // block_sum: shuffles in each warp, then one shared slot per warp
 
 __device__ __forceinline__ float sq4(float4 a) { return (a.x * a.x + a.y * a.y) + (a.z * a.z + a.w * a.w); }
 

@@ -1,5 +1,6 @@
 /*
 title = "One thread per row, atomics for dweight and dbias"
+deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "The starting point: the CPU loop moved onto the GPU, one row per thread."
 why = """
 Each thread walks its row twice: once for the two row means (of dnorm and of dnorm * xhat), once

@@ -1,5 +1,6 @@
 /*
 title = "A warp per row; dweight and dbias gathered per block in shared memory, flushed with atomics"
+deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "Each warp owns a row (coalesced, shuffle reductions); the block accumulates its rows' column sums in shared memory and adds them to global memory once per block."
 why = """
 Two changes. A warp per row makes every load coalesced (32 lanes read 32 neighbouring floats) and
@@ -22,10 +23,7 @@ shared = "8 * C"
 args = ["dinp", "dweight", "dbias", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
 */
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
+#include "reduce.cuh"  // warp_sum: every lane gets the warp's total
 
 extern "C" __global__ void layernorm_backward2(float* dinp, float* dweight, float* dbias,
                                                const float* dout, const float* inp,

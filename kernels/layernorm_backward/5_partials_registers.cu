@@ -45,10 +45,7 @@ block = [32, 32]
 args = ["dweight", "dbias", "partial", "groups", "C"]
 */
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
+#include "reduce.cuh"  // warp_sum: every lane gets the warp's total
 
 // VEC: float4 slots per lane, so rows up to 128 * VEC floats fit in registers.
 // partial: gridDim.x rows of 2*C floats, [0, C) the block's dbias, [C, 2C) its dweight.

@@ -17,6 +17,8 @@ block = "block_size"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
 */
 
+// Written out on purpose: the two-level block reduction is this version's lesson. Later
+// versions and other families include warp_sum and block_sum from kernels/common/reduce.cuh.
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
     return v;

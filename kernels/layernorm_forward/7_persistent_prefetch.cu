@@ -23,12 +23,9 @@ shared = "8 * C"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
 */
 
-#define VEC 8  // float4 slots per lane: rows up to 1024 floats
+#include "reduce.cuh"  // warp_sum: every lane gets the warp's total
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
+#define VEC 8  // float4 slots per lane: rows up to 1024 floats
 
 __device__ __forceinline__ void load_row(float4 (&v)[VEC], const float* inp, int row, int C4, int lane) {
     const float4* x4 = reinterpret_cast<const float4*>(inp) + (size_t)row * C4;

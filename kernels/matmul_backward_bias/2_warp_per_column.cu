@@ -23,6 +23,7 @@ extern "C" __global__ void matmul_backward_bias2(float* dbias, const float* dout
     if (oc >= OC) return;  // the whole warp leaves: oc is the same for its 32 lanes
     float sum = 0.0f;
     for (int row = lane; row < N; row += 32) sum += dout[(size_t)row * OC + oc];
+    // Written out on purpose (the lesson); elsewhere this is warp_sum from kernels/common/reduce.cuh.
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
     if (lane == 0) dbias[oc] += sum;
 }

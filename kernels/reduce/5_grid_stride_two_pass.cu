@@ -33,6 +33,9 @@ block = "block_size"
 args = ["out", "partial", "blocks"]
 */
 
+// Written out on purpose, in the reduction course: the shuffles that version 4's cg::reduce
+// wraps, and the block step around them. Version 6 and other families include them from
+// kernels/common/reduce.cuh (whose block_sum hands the total to every thread, not just thread 0).
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
     return v;

@@ -24,25 +24,9 @@ block = "block_size"
 args = ["out", "partial", "inp", "N"]
 */
 
+#include "reduce.cuh"  // block_sum: it ends with a barrier, so it may be called twice in a row
+
 __device__ unsigned int blocks_done = 0;  // zero at module load; the last block puts it back to 0
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32); the result is valid in thread 0. Safe to call
-// twice in a row: the barrier at the start keeps the slots from being overwritten while read.
-__device__ float block_sum(float v) {
-    __shared__ float per_warp[32];
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) per_warp[wid] = v;
-    __syncthreads();
-    v = threadIdx.x < blockDim.x / 32 ? per_warp[threadIdx.x] : 0.0f;
-    return wid == 0 ? warp_sum(v) : 0.0f;
-}
 
 __device__ __forceinline__ float sum4(float4 a) { return (a.x + a.y) + (a.z + a.w); }
 

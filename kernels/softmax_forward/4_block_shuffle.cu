@@ -17,6 +17,8 @@ args = ["out", "inp", "N", "V"]
 */
 #include <cfloat>
 
+// Written out on purpose: the two-level block reduction is this version's lesson. Later
+// versions include warp_max, warp_sum, block_max and block_sum from kernels/common/reduce.cuh.
 __device__ __forceinline__ float warp_max(float v) {
     for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
     return v;

@@ -18,35 +18,7 @@ block = "block_size"
 args = ["out", "inp", "N", "V"]
 */
 #include <cfloat>
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
-    return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
-    return v;
-}
-
-// As in version 4: two levels (shuffles, then one slot per warp); blockDim.x % 32 == 0.
-__device__ float block_reduce(float v, bool is_max) {
-    __shared__ float per_warp[32];
-    __shared__ float result;
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = is_max ? warp_max(v) : warp_sum(v);
-    if (lane == 0) per_warp[wid] = v;
-    __syncthreads();
-    if (wid == 0) {
-        float w = lane < warps ? per_warp[lane] : (is_max ? -FLT_MAX : 0.0f);
-        w = is_max ? warp_max(w) : warp_sum(w);
-        if (lane == 0) result = w;
-    }
-    __syncthreads();
-    float r = result;
-    __syncthreads();
-    return r;
-}
+#include "reduce.cuh"  // block_max, block_sum: version 4's two-level reduction
 
 extern "C" __global__ void softmax_forward5(float* out, const float* inp, int N, int V) {
     int row = blockIdx.x;
@@ -61,9 +33,9 @@ extern "C" __global__ void softmax_forward5(float* out, const float* inp, int N,
         s = s * expf(m - m_new) + expf(xi - m_new);
         m = m_new;
     }
-    float m_row = block_reduce(m, true);
+    float m_row = block_max(m);
     // A thread that saw no element has s = 0, so its rescaled sum adds nothing.
-    float s_row = block_reduce(s * expf(m - m_row), false);
+    float s_row = block_sum(s * expf(m - m_row));
 
     float inv = 1.0f / s_row;
     for (int i = threadIdx.x; i < V; i += blockDim.x) y[i] = expf(x[i] - m_row) * inv;

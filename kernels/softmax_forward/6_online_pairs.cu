@@ -18,27 +18,30 @@ args = ["out", "inp", "N", "V"]
 */
 #include <cfloat>
 
+// The pair helpers are written out here on purpose: merging (max, sum) pairs is this version's
+// lesson. Later versions (7-8, fused_classifier) include them from kernels/common/online_softmax.cuh.
+
 // (m, s) <- (m, s) + (m2, s2). Empty pairs are (-FLT_MAX, 0): their terms vanish, no NaN.
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
+__device__ __forceinline__ void online_merge(float& m, float& s, float m2, float s2) {
     float mm = fmaxf(m, m2);
     s = s * expf(m - mm) + s2 * expf(m2 - mm);
     m = mm;
 }
 
-__device__ __forceinline__ void warp_merge(float& m, float& s) {
+__device__ __forceinline__ void warp_online_merge(float& m, float& s) {
     for (int offset = 16; offset > 0; offset /= 2) {
         float m2 = __shfl_xor_sync(0xffffffff, m, offset);
         float s2 = __shfl_xor_sync(0xffffffff, s, offset);
-        merge(m, s, m2, s2);
+        online_merge(m, s, m2, s2);
     }
 }
 
 // Every thread gets the block's merged pair; blockDim.x % 32 == 0 (full warps).
-__device__ void block_merge(float& m, float& s) {
+__device__ void block_online_merge(float& m, float& s) {
     __shared__ float warp_m[32], warp_s[32];
     __shared__ float row_m, row_s;
     int lane = threadIdx.x % 32, wid = threadIdx.x / 32, warps = blockDim.x / 32;
-    warp_merge(m, s);
+    warp_online_merge(m, s);
     if (lane == 0) {
         warp_m[wid] = m;
         warp_s[wid] = s;
@@ -47,7 +50,7 @@ __device__ void block_merge(float& m, float& s) {
     if (wid == 0) {
         float wm = lane < warps ? warp_m[lane] : -FLT_MAX;
         float ws = lane < warps ? warp_s[lane] : 0.0f;
-        warp_merge(wm, ws);
+        warp_online_merge(wm, ws);
         if (lane == 0) {
             row_m = wm;
             row_s = ws;
@@ -73,7 +76,7 @@ extern "C" __global__ void softmax_forward6(float* out, const float* inp, int N,
             s += expf(xi - m);
         }
     }
-    block_merge(m, s);
+    block_online_merge(m, s);
 
     float inv = 1.0f / s;
     for (int i = threadIdx.x; i < V; i += blockDim.x) y[i] = expf(x[i] - m) * inv;

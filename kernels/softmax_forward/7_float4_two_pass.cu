@@ -23,61 +23,9 @@ args = ["out", "inp", "N", "V"]
 */
 #include <cfloat>
 #include <cstdint>
+#include "online_softmax.cuh"  // online_update/4, block_online_merge: version 6's pairs
 
 #define UNROLL 4
-
-// Fold one value into a running (max, sum) pair; -FLT_MAX/0 is the empty pair.
-__device__ __forceinline__ void update1(float& m, float& s, float x) {
-    float mm = fmaxf(m, x);
-    s = s * expf(m - mm) + expf(x - mm);
-    m = mm;
-}
-
-__device__ __forceinline__ void update4(float& m, float& s, float4 v) {
-    float mm = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-    s = s * expf(m - mm) + ((expf(v.x - mm) + expf(v.y - mm)) + (expf(v.z - mm) + expf(v.w - mm)));
-    m = mm;
-}
-
-// (m, s) <- (m, s) + (m2, s2); (-FLT_MAX, 0) is the empty pair (its terms vanish, never NaN).
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-    float mm = fmaxf(m, m2);
-    s = s * expf(m - mm) + s2 * expf(m2 - mm);
-    m = mm;
-}
-
-__device__ __forceinline__ void warp_merge(float& m, float& s) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        float m2 = __shfl_xor_sync(0xffffffff, m, offset);
-        float s2 = __shfl_xor_sync(0xffffffff, s, offset);
-        merge(m, s, m2, s2);
-    }
-}
-
-// Every thread gets the block's merged (max, sum); blockDim.x % 32 == 0.
-__device__ void block_merge(float& m, float& s) {
-    __shared__ float warp_m[32], warp_s[32];
-    __shared__ float row_m, row_s;
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, warps = blockDim.x / 32;
-    warp_merge(m, s);
-    if (lane == 0) {
-        warp_m[wid] = m;
-        warp_s[wid] = s;
-    }
-    __syncthreads();
-    if (wid == 0) {
-        float wm = lane < warps ? warp_m[lane] : -FLT_MAX;
-        float ws = lane < warps ? warp_s[lane] : 0.0f;
-        warp_merge(wm, ws);
-        if (lane == 0) {
-            row_m = wm;
-            row_s = ws;
-        }
-    }
-    __syncthreads();
-    m = row_m;
-    s = row_s;
-}
 
 extern "C" __global__ void softmax_forward7(float* out, const float* inp, int N, int V) {
     int row = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
@@ -94,8 +42,8 @@ extern "C" __global__ void softmax_forward7(float* out, const float* inp, int N,
     float4* y4 = reinterpret_cast<float4*>(y + head);
 
     float m = -FLT_MAX, s = 0.0f;
-    for (int i = tid; i < head; i += nt) update1(m, s, x[i]);
-    for (int i = tail + tid; i < V; i += nt) update1(m, s, x[i]);
+    for (int i = tid; i < head; i += nt) online_update(m, s, x[i]);
+    for (int i = tail + tid; i < V; i += nt) online_update(m, s, x[i]);
     for (int base = tid; base < n4; base += UNROLL * nt) {
         float4 v[UNROLL];
 #pragma unroll
@@ -105,9 +53,9 @@ extern "C" __global__ void softmax_forward7(float* out, const float* inp, int N,
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; u++)
-            if (base + u * nt < n4) update4(m, s, v[u]);
+            if (base + u * nt < n4) online_update4(m, s, v[u]);
     }
-    block_merge(m, s);
+    block_online_merge(m, s);
     float inv = 1.0f / s;
 
     for (int i = tid; i < head; i += nt) y[i] = expf(x[i] - m) * inv;

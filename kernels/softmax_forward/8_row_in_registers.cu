@@ -47,59 +47,7 @@ args = ["out", "inp", "N", "V"]
 */
 #include <cfloat>
 #include <cstdint>
-
-__device__ __forceinline__ void update1(float& m, float& s, float x) {
-    float mm = fmaxf(m, x);
-    s = s * expf(m - mm) + expf(x - mm);
-    m = mm;
-}
-
-__device__ __forceinline__ void update4(float& m, float& s, float4 v) {
-    float mm = fmaxf(m, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-    s = s * expf(m - mm) + ((expf(v.x - mm) + expf(v.y - mm)) + (expf(v.z - mm) + expf(v.w - mm)));
-    m = mm;
-}
-
-// (m, s) <- (m, s) + (m2, s2); (-FLT_MAX, 0) is the empty pair (its terms vanish, never NaN).
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-    float mm = fmaxf(m, m2);
-    s = s * expf(m - mm) + s2 * expf(m2 - mm);
-    m = mm;
-}
-
-__device__ __forceinline__ void warp_merge(float& m, float& s) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-        float m2 = __shfl_xor_sync(0xffffffff, m, offset);
-        float s2 = __shfl_xor_sync(0xffffffff, s, offset);
-        merge(m, s, m2, s2);
-    }
-}
-
-template <int BLOCK>
-__device__ void block_merge(float& m, float& s) {
-    __shared__ float warp_m[32], warp_s[32];
-    __shared__ float row_m, row_s;
-    constexpr int warps = BLOCK / 32;
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32;
-    warp_merge(m, s);
-    if (lane == 0) {
-        warp_m[wid] = m;
-        warp_s[wid] = s;
-    }
-    __syncthreads();
-    if (wid == 0) {
-        float wm = lane < warps ? warp_m[lane] : -FLT_MAX;
-        float ws = lane < warps ? warp_s[lane] : 0.0f;
-        warp_merge(wm, ws);
-        if (lane == 0) {
-            row_m = wm;
-            row_s = ws;
-        }
-    }
-    __syncthreads();
-    m = row_m;
-    s = row_s;
-}
+#include "online_softmax.cuh"  // online_update/4, online_merge, block_online_merge
 
 __device__ __forceinline__ float4 scale4(float4 v, float a) {
     return make_float4(v.x * a, v.y * a, v.z * a, v.w * a);
@@ -145,13 +93,13 @@ __device__ void softmax_row(float* out, const float* inp, int V) {
 
     // Everything else (head, tail, float4 beyond the slots), online; it is read again below.
     float m = -FLT_MAX, s = 0.0f;
-    for (int i = tid; i < head; i += BLOCK) update1(m, s, x[i]);
-    for (int i = tail + tid; i < V; i += BLOCK) update1(m, s, x[i]);
-    for (int i = tid + K * BLOCK; i < n4; i += BLOCK) update4(m, s, x4[i]);
+    for (int i = tid; i < head; i += BLOCK) online_update(m, s, x[i]);
+    for (int i = tail + tid; i < V; i += BLOCK) online_update(m, s, x[i]);
+    for (int i = tid + K * BLOCK; i < n4; i += BLOCK) online_update4(m, s, x4[i]);
 
     float m_thread = m, s_thread = s;
-    merge(m_thread, s_thread, m_reg, s_reg);
-    block_merge<BLOCK>(m_thread, s_thread);
+    online_merge(m_thread, s_thread, m_reg, s_reg);
+    block_online_merge<BLOCK / 32>(m_thread, s_thread);
     float M = m_thread, inv = 1.0f / s_thread;
 
     float a = expf(m_reg - M) * inv;  // e * a = exp(x - M) / S for the register slots

@@ -1,0 +1,36 @@
+// gelu.cuh: the tanh-approximation GELU and its derivative, for gelu_forward and gelu_backward.
+//
+// Shared because every version of both families carried the same constants and formulas; what
+// the versions change is how elements reach them (packing, unrolling), not the math.
+//
+// gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+//   Written as x / (1 + exp(-2u)), since 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)): under
+//   --use_fast_math tanhf is the hardware tanh.approx.f32 (relative error about 2^-11, far outside
+//   the 1e-5 tolerance), while the fast exp is good to a few ulp, and the logistic form has no
+//   cancellation for negative x. The exponent is clamped at 80, so exp never overflows.
+// gelu_grad(x) = d gelu / dx
+//   With s = 1 / (1 + e), e = exp(-2u): 1 - tanh^2(u) = 4 s (1 - s) and 1 - s = e s, so
+//   gelu'(x) = s + 2 x s (e s) u'. 1 - tanh^2 computed directly would cancel catastrophically
+//   in the tails; e * s does not, and the clamp keeps e finite so e * s is never inf * 0.
+
+#ifndef KERNELS_COMMON_GELU_CUH
+#define KERNELS_COMMON_GELU_CUH
+
+constexpr float GELU_SCALE = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float GELU_CUBIC = 0.044715f;
+
+__device__ __forceinline__ float gelu(float x) {
+    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+    return x / (1.0f + __expf(fminf(-2.0f * u, 80.0f)));
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+    float x2 = x * x;
+    float u = GELU_SCALE * (x + GELU_CUBIC * x2 * x);
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x2);
+    float e = __expf(fminf(-2.0f * u, 80.0f));
+    float s = 1.0f / (1.0f + e);
+    return s + 2.0f * x * s * (e * s) * du;
+}
+
+#endif  // KERNELS_COMMON_GELU_CUH
