@@ -60,3 +60,39 @@ def test_cases_differ_by_seed_and_repeat_by_seed():
     assert not np.array_equal(a.inputs["inp"], b.inputs["inp"])
     assert np.array_equal(a.inputs["inp"], a2.inputs["inp"])
     assert a.expected["out"].shape == (2, 3, 37) and a.expected["mean"].shape == (2, 3)
+
+
+def test_bf16_storage_rounds_to_nearest_even_and_widens_exactly():
+    from workbench.check import from_storage, to_storage
+    x = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -2.5, 3.0e-3, np.inf, np.nan], dtype=np.float32)
+    bits = to_storage(x, "bf16")
+    assert bits.dtype == np.uint16
+    back = from_storage(bits, "bf16")
+    assert back[0] == 1.0 and back[1] == 1.0          # a tie rounds to the even mantissa
+    assert back[2] == 1.0 + 4 * 2**-8                 # another tie, rounded up to even
+    assert back[3] == -2.5 and back[5] == np.inf and np.isnan(back[6])
+    assert abs(back[4] - 3.0e-3) <= 3.0e-3 * 2**-8
+    assert np.array_equal(to_storage(back, "bf16"), bits)  # bf16 values are exact in float32
+
+
+def test_a_bf16_case_holds_rounded_inputs_and_the_reference_on_them():
+    from workbench.check import from_storage, run_reference
+    fam = Project(ROOT).family("attention_forward")
+    sizes = {"B": 1, "T": 5, "NH": 2, "HS": 4}
+    fp32, bf16 = make_case(fam, sizes, 0), make_case(fam, sizes, 0, "bf16")
+    assert bf16.inputs["qkv"].dtype == np.uint16 and bf16.precision == "bf16"
+    wide = from_storage(bf16.inputs["qkv"], "bf16")
+    assert np.abs(wide - fp32.inputs["qkv"]).max() <= np.abs(fp32.inputs["qkv"]).max() * 2**-8
+    again = run_reference(fam, sizes, bf16.inputs, "bf16")
+    assert np.array_equal(again["out"], bf16.expected["out"])
+    assert not np.array_equal(bf16.expected["out"], fp32.expected["out"])  # the rounding is the input's
+
+
+def test_bytes_at_bf16_count_each_argument_at_its_width():
+    fam = Project(ROOT).family("attention_forward")
+    s = fam.default_sizes
+    B, T, NH, HS = s["B"], s["T"], s["NH"], s["HS"]
+    C = NH * HS
+    assert fam.bytes_moved(s, "bf16") == 2 * (3 * B * T * C + B * T * C) + 4 * B * NH * T
+    assert [a.dtype for a in fam.args_for("bf16")] == ["bf16", "f32", "bf16"]
+    assert fam.version(9).precision == "bf16" and fam.version(9).args[0].dtype == "bf16"

@@ -89,25 +89,26 @@ class Session:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - since, 1)
 
     # -- the device -----------------------------------------------------------------------
-    def device(self) -> dict:
-        """{"device": ..., "ceiling": ...}; NoGPU when there is no usable GPU."""
-        if self._device is None:
+    def device(self, refresh: bool = False) -> dict:
+        """{"device": ..., "ceiling": ..., "peaks": ...}; NoGPU when there is no usable GPU.
+        refresh: measure the copy ceiling again instead of reading the cache."""
+        if self._device is None or refresh:
             require_pycuda()
             self.progress("measuring the device's copy bandwidth (cached after the first run)")
-            res = run_job({"job": "probe", "root": str(self.project.root)}, self.options.timeout)
+            res = run_job({"job": "probe", "root": str(self.project.root), "refresh": refresh}, self.options.timeout)
             if res.get("status") == "no_gpu":
                 raise NoGPU(f"{res['reason']}. The workbench needs an NVIDIA GPU with a working "
                             "driver; without one, use Modal: modal run modal_app.py")
             if res.get("status") != "passed":
                 raise NoGPU(f"the device probe failed: {res.get('reason', res.get('status'))}")
-            self._device = {"device": res["device"], "ceiling": res["ceiling"]}
+            self._device = {"device": res["device"], "ceiling": res["ceiling"], "peaks": res.get("peaks") or {}}
         return self._device
 
     def new_run(self) -> BenchRun:
         dev = self.device()
         return BenchRun(device=dev["device"], ceiling=dev["ceiling"],
                         date=datetime.datetime.now().isoformat(timespec="seconds"), commit=git_commit(),
-                        options=asdict(self.options))
+                        options=asdict(self.options), peaks=dev["peaks"])
 
     # -- cases --------------------------------------------------------------------------------
     def sizes_for(self, family: Family) -> dict[str, int]:
@@ -116,22 +117,27 @@ class Session:
     def seeds(self) -> list[int]:
         return [self.options.seed + i for i in range(max(1, self.options.seeds))]
 
-    def _case_plan(self, family: Family, sizes: dict[str, int], precision: str, extra_sizes=()):
+    def _case_plan(self, family: Family, sizes: dict[str, int], precision: str, extra_sizes=(), seeds=None):
         """(key, [(sizes, seed), ...]): the timed sizes first (their first seed is the one timed;
         two seeds, since they are the large ones), then any extra sizes (the trainer's, when
         promoting) and the family's test sizes, each at every seed."""
+        seeds = self.seeds()[:seeds] if seeds else self.seeds()
+        test_sizes = family.test_sizes if self.options.test_sizes else []
         key = (family.name, precision, tuple(sorted(sizes.items())),
-               tuple(tuple(sorted(e.items())) for e in extra_sizes), tuple(self.seeds()), self.options.test_sizes)
-        plan = [(sizes, seed) for seed in self.seeds()[:2]]
+               tuple(tuple(sorted(e.items())) for e in extra_sizes), tuple(seeds), bool(test_sizes))
+        plan = [(sizes, seed) for seed in seeds[:2]]
         others: list[dict] = []
-        for s in [*extra_sizes, *(family.test_sizes if self.options.test_sizes else [])]:
+        for s in [*extra_sizes, *test_sizes]:
             if s != sizes and s not in others:
                 others.append(s)
-        plan += [(s, seed) for s in others for seed in self.seeds()]
+        plan += [(s, seed) for s in others for seed in seeds]
         return key, plan
 
-    def cases(self, family: Family, sizes: dict[str, int], precision: str = "fp32", extra_sizes=()) -> list[str]:
-        key, plan = self._case_plan(family, sizes, precision, extra_sizes)
+    def cases(self, family: Family, sizes: dict[str, int], precision: str = "fp32", extra_sizes=(),
+              seeds: int | None = None) -> list[str]:
+        """Case files for the sizes (timed first), the extra sizes and the test sizes, at the
+        session's seeds (or the first `seeds` of them)."""
+        key, plan = self._case_plan(family, sizes, precision, extra_sizes, seeds)
         t0 = time.perf_counter()
         if key in self._pending:
             self.progress(f"{family.name}: waiting for its reference cases")
@@ -170,7 +176,8 @@ class Session:
         self._spent("compiling", t0)
 
     # -- rows ---------------------------------------------------------------------------------
-    def _request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:
+    def request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:
+        """The part of a rows job every provider of the family shares."""
         return {"job": "rows", "root": str(self.project.root), "family": family.name,
                 "block_sizes": self.options.block_sizes, "budget": self.options.budget,
                 "flush": self.options.flush, "time": self.options.time, "screen": self.options.screen,
@@ -191,7 +198,7 @@ class Session:
             if bad:
                 raise SizesError(f"{version.label} does not sweep block size(s) {bad}: "
                                  f"its header lists {list(version.block_sizes)}")
-        req = {**self._request(family, sizes, version.precision),
+        req = {**self.request(family, sizes, version.precision),
                "providers": [{"kind": "version", "version": version.number}],
                "cases": self.cases(family, sizes, version.precision, extra_sizes)}
         self.progress(f"{version.label}: compile, check, time")
@@ -220,7 +227,7 @@ class Session:
             specs.append({"kind": "copy", "bytes": family.bytes_moved(sizes, precision)})
         if not specs:
             return torch_row, None
-        req = {**self._request(family, sizes, precision), "providers": specs}
+        req = {**self.request(family, sizes, precision), "providers": specs}
         if any(s["kind"] == "torch" for s in specs):
             req["cases"] = self.cases(family, sizes, precision)[:1]
         self.progress(f"{family.name}: baselines ({', '.join(s['kind'] for s in specs)})")
@@ -279,6 +286,35 @@ class Session:
         if json_path:
             save(json_path, run)
         return run
+
+    def sweep(self, version: Version, axis: str, values: list[int],
+              on_point: Callable[[Row, Row | None], None] | None = None) -> list[tuple[Row, Row | None]]:
+        """The version at each value of one size (the others at their defaults or --sizes),
+        checked there and timed, with a copy of the same bytes beside each point."""
+        family = version.family
+        if axis not in family.sizes:
+            raise SizesError(f"--sweep {axis}: {family.name} has no size {axis} (its sizes: {', '.join(family.sizes)})")
+        base = self.sizes_for(family)
+        points = []
+        for value in values:
+            sizes = {**base, axis: value}
+            try:
+                family.check_sizes(sizes)
+                row = self.run_version(version, sizes)
+            except SizesError as e:
+                row = Row("version", family.name, version.number, version.title, status="refused", reason=str(e),
+                          sizes=sizes)
+            copy = None
+            if row.passed:
+                saved, self.options.torch = self.options.torch, False
+                try:
+                    _, copy = self.run_baselines(family, sizes, version.precision)
+                finally:
+                    self.options.torch = saved
+            points.append((row, copy))
+            if on_point:
+                on_point(row, copy)
+        return points
 
     def check(self, versions: list[Version], on_row: Callable[[Row], None] | None = None) -> list[Row]:
         """Check versions at the family's default and test sizes, no timing."""

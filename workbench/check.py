@@ -163,7 +163,7 @@ def run_reference(family: Family, sizes: Mapping[str, int], inputs: Mapping[str,
     if not isinstance(result, dict):
         raise ContractError(f"{family.name}: the reference must return a dict of outputs by name")
     expected = {}
-    for arg in family.args:
+    for arg in family.args_for(precision):
         if not arg.is_output:
             continue
         if arg.name not in result:

@@ -25,8 +25,9 @@ from .isolate import DEFAULT_TIMEOUT
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
-# Modules whose `commands` (a list of click commands) join the group: the layers above the library.
-COMMAND_MODULES = ("train.commands",)
+# Modules whose `commands` (a list of click commands) join the group: more of this layer, and the
+# trainer's verbs above the library.
+COMMAND_MODULES = ("workbench.cli_tools", "train.commands")
 
 
 class Workbench(click.Group):
@@ -188,27 +189,50 @@ def _options(sizes=None, block_sizes=(), seed=0, seeds=3, timeout=DEFAULT_TIMEOU
 @click.option("--block-size", "block_sizes", type=int, multiple=True,
               help="Time only this block size (repeatable). Default: every size the header lists.")
 @common_options
+@click.option("--sweep", help="Time against one size, e.g. C=256..8192 (powers of 2), C=256..8192:x1.5, C=100,300: "
+                              "a table, and a plot written to --plot.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Where --sweep's plot goes [FAMILY_V_AXIS.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the result as JSON.")
-@click.option("--force", is_flag=True, help="Replace an existing --json file.")
+@click.option("--force", is_flag=True, help="Replace an existing --json or --plot file.")
 @click.pass_obj
-def run(project: Project, family, version, block_sizes, json_path, force, **kw):
+def run(project: Project, family, version, block_sizes, sweep, plot_path, json_path, force, **kw):
     """Compile a version, check it against the reference, time it across block sizes."""
     from .bench import Session, require_pycuda
-    from .results import FamilyResult, save
+    from .results import FamilyResult, save, write_json
     v = project.family(family).version(version)
     v.family.parse_sizes(kw["sizes"])  # a bad --sizes fails before any work
+    if sweep:
+        from .plot import parse_sweep, plot_sweep, sweep_point
+        axis, values = parse_sweep(sweep)
+        if axis not in v.family.sizes:
+            raise WorkbenchError(f"--sweep {axis}: {family} has no size {axis} (its sizes: {', '.join(v.family.sizes)})")
+        plot_path = plot_path or f"{family}_{v.number}_{axis}.png"
+        writable_file(plot_path, force, "--plot")
     writable_file(json_path, force)
     require_pycuda()
-    with Session(project, _options(block_sizes=block_sizes, **kw)) as session, err_console.status("starting") as status:
+    opts = _options(block_sizes=block_sizes, **kw)
+    opts.test_sizes = opts.test_sizes and not sweep
+    with Session(project, opts) as session, err_console.status("starting") as status:
         session.progress = lambda text: status.update(escape(text))
         run_ = session.new_run()
-        row = session.run_version(v)
-        torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision) if row.passed else (None, None)
+        if sweep:
+            points = session.sweep(v, axis, values)
+        else:
+            row = session.run_version(v)
+            torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision) if row.passed else (None, None)
+    if sweep:
+        console.print(report.sweep_table(v, axis, points))
+        data = {"family": family, "version": v.number, "axis": axis, "device": run_.device, "ceiling": run_.ceiling,
+                "points": [sweep_point(r.to_json(), axis, c.to_json() if c else None) for r, c in points]}
+        if any(r.passed for r, _ in points):
+            console.print(f"plot written to {plot_sweep(data, plot_path)}")
+        if json_path:
+            write_json(json_path, data)
+        sys.exit(0 if all(r.passed or r.status == "refused" for r, _ in points) else 1)
     console.print(report.run_report(row, run_.meta, torch, copy))
     if json_path:
-        fam = FamilyResult(v.family.name, v.family.title, row.sizes, v.family.bytes_moved(row.sizes, v.precision),
-                           v.family.flops_done(row.sizes), v.precision, [row], torch, copy)
-        run_.put(fam)
+        run_.put(FamilyResult(v.family.name, v.family.title, row.sizes, v.family.bytes_moved(row.sizes, v.precision),
+                              v.family.flops_done(row.sizes), v.precision, [row], torch, copy))
         save(json_path, run_)
     if not row.passed:
         sys.exit(1)
@@ -264,21 +288,27 @@ def bench(project: Project, families, all_, json_path, resume, force, **kw):
 @cli.command()
 @click.argument("family")
 @click.argument("versions", nargs=-1)
+@click.option("--sizes", help="Check at these sizes instead of the defaults, e.g. B=2,T=77,C=96 (test sizes too).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="First seed for the inputs.")
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(1), help="How many seeds each size set is checked at.")
 @click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=click.FloatRange(min=1), help="Seconds per version.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON.")
+@click.option("--force", is_flag=True, help="Replace an existing --json file.")
 @click.pass_obj
-def check(project: Project, family, versions, seed, seeds, timeout):
+def check(project: Project, family, versions, sizes, seed, seeds, timeout, json_path, force):
     """Check versions (default: all) at the family's default and test sizes, every block size,
     several seeds; no timing."""
     from .bench import Options, Session, require_pycuda
+    from .results import FamilyResult, save
     fam = project.family(family)
     chosen = [fam.version(v) for v in versions] if versions else fam.versions
+    at = fam.parse_sizes(sizes)
+    writable_file(json_path, force)
     require_pycuda()
-    with Session(project, Options(seed=seed, seeds=seeds, timeout=timeout, time=False)) as session, \
+    with Session(project, Options(sizes=sizes, seed=seed, seeds=seeds, timeout=timeout, time=False)) as session, \
             err_console.status("starting") as status:
         session.progress = lambda text: status.update(escape(text))
-        session.device()
+        run_ = session.new_run()
 
         def on_row(row):
             console.print(f"[bold]{row.label}[/] {escape(row.title)}: ", report.check_line(row))
@@ -286,6 +316,11 @@ def check(project: Project, family, versions, seed, seeds, timeout):
             if details is not None:
                 console.print(details)
         rows = session.check(chosen, on_row)
+    if json_path:
+        for p in {v.precision for v in chosen}:
+            run_.put(FamilyResult(fam.name, fam.title, at, fam.bytes_moved(at, p), fam.flops_done(at), p,
+                                  [r for r, v in zip(rows, chosen) if v.precision == p]))
+        save(json_path, run_)
     if any(r.status not in ("passed", "refused") for r in rows):
         sys.exit(1)
 

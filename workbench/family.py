@@ -102,8 +102,11 @@ class Scratch:
 @dataclass(frozen=True)
 class Precision:
     """A precision the family supports besides fp32: which arguments change element type (the
-    rest keep theirs: e.g. a bf16 layernorm still writes fp32 mean and rstd), the tolerance, and
-    optionally the bytes moved and the PyTorch equivalent at that precision."""
+    rest keep theirs: e.g. a bf16 layernorm still writes fp32 mean and rstd), the tolerance of
+    the outputs that changed (the others keep their fp32 tolerance), arguments only this
+    precision has (e.g. the bf16 copy of the weights a mixed-precision AdamW writes; the
+    reference returns it at every precision), and optionally the bytes moved and the PyTorch
+    equivalent at that precision."""
 
     name: str
     args: dict[str, str]               # argument -> its dtype at this precision
@@ -111,6 +114,7 @@ class Precision:
     rtol: float
     bytes: str | None = None           # default: every argument's elements at their width
     torch: str | None = None
+    extra: tuple[Arg, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,9 @@ class Version:
     rtol: float | None = None
     derived: dict[str, str] = field(default_factory=dict)
     precision: str = "fp32"
+    # False for a version whose float results depend on the order atomics land in: it gives
+    # slightly different bits from run to run. `train --deterministic` never uses one.
+    deterministic: bool = True
 
     @property
     def label(self) -> str:
@@ -270,17 +277,25 @@ class Family:
         if precision == "fp32":
             return list(self.args)
         p = self.precisions[precision]
-        return [dataclasses.replace(a, dtype=p.args[a.name]) if a.name in p.args else a for a in self.args]
+        return [dataclasses.replace(a, dtype=p.args[a.name]) if a.name in p.args else a
+                for a in self.args] + list(p.extra)
 
     def tolerance(self, arg: Arg, precision: str = "fp32") -> tuple[float, float]:
+        """An output that changed type at this precision: the precision's tolerance (an extra
+        argument's own, if it gives one); any other: its own, else the family's."""
         p = self.precisions.get(precision)
-        atol, rtol = (p.atol, p.rtol) if p else (self.atol, self.rtol)
-        return (arg.atol if arg.atol is not None and not p else atol,
-                arg.rtol if arg.rtol is not None and not p else rtol)
+        if p is not None and arg in p.extra:
+            return (arg.atol if arg.atol is not None else p.atol, arg.rtol if arg.rtol is not None else p.rtol)
+        if p is not None and arg.name in p.args:  # the arg's own fp32 tolerance does not carry over
+            return p.atol, p.rtol
+        return (arg.atol if arg.atol is not None else self.atol, arg.rtol if arg.rtol is not None else self.rtol)
 
     def torch_expression(self, precision: str = "fp32") -> str | None:
+        """The PyTorch equivalent at a precision: the precision's own, else the family's (given
+        tensors of the precision's types); `torch = ""` in a precision table turns it off."""
         p = self.precisions.get(precision)
-        return p.torch if p and p.torch else (self.torch if not p else None)
+        own = p.torch if p is not None else None
+        return (own if own is not None else self.torch) or None
 
     def flops_done(self, sizes: Mapping[str, int]) -> int | None:
         return None if self.flops is None else int(expr.evaluate(self.flops, self.env(sizes)))
@@ -344,6 +359,24 @@ def _sizes_table(value: Any, sizes: tuple[str, ...], where: str) -> dict[str, in
     return dict(value)
 
 
+def _arg(a: Any, w: str) -> Arg:
+    """One argument's table: {name, role, shape, dtype, init, atol, rtol}."""
+    if not isinstance(a, dict):
+        raise ContractError(f"{w}: each argument is a table {{name = ..., role = ..., shape = ...}}")
+    _no_extra(a, {"name", "role", "shape", "dtype", "init", "atol", "rtol"}, w)
+    arg = Arg(name=_want(a, "name", str, w), role=_want(a, "role", str, w),
+              shape=_want(a, "shape", str, w), dtype=_want(a, "dtype", str, w, "f32"),
+              init=_want(a, "init", str, w, None), atol=_want(a, "atol", (int, float), w, None),
+              rtol=_want(a, "rtol", (int, float), w, None))
+    if arg.role not in ROLES:
+        raise ContractError(f"{w}: role must be one of {', '.join(ROLES)}, got {arg.role!r}")
+    if arg.dtype not in DTYPES:
+        raise ContractError(f"{w}: dtype must be one of {', '.join(DTYPES)}, got {arg.dtype!r}")
+    if arg.is_input and arg.init is None:
+        raise ContractError(f"{w}: input {arg.name!r} needs an 'init' saying how it is drawn")
+    return arg
+
+
 def load_family(project: "Project", path: Path) -> Family:
     where = f"{path / 'family.toml'}"
     try:
@@ -360,23 +393,7 @@ def load_family(project: "Project", path: Path) -> Family:
         raise ContractError(f"{where}: 'sizes' must list the size parameters' names")
     tol = _want(data, "tolerance", dict, where)
     _no_extra(tol, {"atol", "rtol"}, f"{where} [tolerance]")
-    args = []
-    for i, a in enumerate(_want(data, "args", list, where)):
-        w = f"{where} args[{i}]"
-        if not isinstance(a, dict):
-            raise ContractError(f"{w}: each argument is a table {{name = ..., role = ..., shape = ...}}")
-        _no_extra(a, {"name", "role", "shape", "dtype", "init", "atol", "rtol"}, w)
-        arg = Arg(name=_want(a, "name", str, w), role=_want(a, "role", str, w),
-                  shape=_want(a, "shape", str, w), dtype=_want(a, "dtype", str, w, "f32"),
-                  init=_want(a, "init", str, w, None), atol=_want(a, "atol", (int, float), w, None),
-                  rtol=_want(a, "rtol", (int, float), w, None))
-        if arg.role not in ROLES:
-            raise ContractError(f"{w}: role must be one of {', '.join(ROLES)}, got {arg.role!r}")
-        if arg.dtype not in DTYPES:
-            raise ContractError(f"{w}: dtype must be one of {', '.join(DTYPES)}, got {arg.dtype!r}")
-        if arg.is_input and arg.init is None:
-            raise ContractError(f"{w}: input {arg.name!r} needs an 'init' saying how it is drawn")
-        args.append(arg)
+    args = [_arg(a, f"{where} args[{i}]") for i, a in enumerate(_want(data, "args", list, where))]
     names = [a.name for a in args]
     if len(set(names)) != len(names):
         raise ContractError(f"{where}: argument names must be unique: {names}")
@@ -422,7 +439,10 @@ def load_family(project: "Project", path: Path) -> Family:
             raise ContractError(f"{w}: precision must be one of {', '.join(p for p in PRECISIONS if p != 'fp32')}")
         if not isinstance(spec, dict):
             raise ContractError(f"{w}: expected a table with args and tolerance")
-        _no_extra(spec, {"args", "tolerance", "bytes", "torch"}, w)
+        _no_extra(spec, {"args", "tolerance", "bytes", "torch", "extra"}, w)
+        extra = tuple(_arg(a, f"{w} extra[{i}]") for i, a in enumerate(_want(spec, "extra", list, w, [])))
+        if any(a.is_input for a in extra) or {a.name for a in extra} & {a.name for a in args}:
+            raise ContractError(f"{w}: extra arguments are new outputs (role out), not inputs or existing names")
         changed = _want(spec, "args", (list, dict), w)
         changed = {n: pname for n in changed} if isinstance(changed, list) else dict(changed)
         for n, dt in changed.items():
@@ -433,7 +453,8 @@ def load_family(project: "Project", path: Path) -> Family:
         _no_extra(ptol, {"atol", "rtol"}, f"{w} tolerance")
         fam.precisions[pname] = Precision(
             pname, changed, atol=float(_want(ptol, "atol", (int, float), w)), rtol=float(_want(ptol, "rtol", (int, float), w)),
-            bytes=None if "bytes" not in spec else str(spec["bytes"]), torch=_want(spec, "torch", str, w, None))
+            bytes=None if "bytes" not in spec else str(spec["bytes"]), torch=_want(spec, "torch", str, w, None),
+            extra=extra)
         if fam.precisions[pname].bytes:
             unknown = expr.names(fam.precisions[pname].bytes) - known
             if unknown:
@@ -470,7 +491,7 @@ def load_version(family: Family, number: int, path: Path) -> Version:
     where = str(path)
     h = parse_header(path)
     _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
-                  "tolerance", "derived", "precision"}, where)
+                  "tolerance", "derived", "precision", "deterministic"}, where)
     precision = _want(h, "precision", str, where, "fp32")
     if precision != "fp32" and precision not in family.precisions:
         raise ContractError(f"{where}: precision {precision!r} is not one the family's contract lists "
@@ -486,7 +507,7 @@ def load_version(family: Family, number: int, path: Path) -> Version:
                                    _want(spec, "dtype", str, where, "f32")))
         else:
             scratch.append(Scratch(name, str(spec)))
-    buffers = {a.name for a in family.args} | {s.name for s in scratch}
+    buffers = {a.name for a in family.args_for(precision)} | {s.name for s in scratch}
     steps = []
     for i, s in enumerate(_want(h, "launch", list, where)):
         w = f"{where} launch[{i}]"
@@ -523,7 +544,8 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         changed=_want(h, "changed", str, where, "").strip(), why=_want(h, "why", str, where, "").strip(),
         preconditions=tuple(_want(h, "preconditions", list, where, [])),
         block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
-        atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived, precision=precision)
+        atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived, precision=precision,
+        deterministic=_want(h, "deterministic", bool, where, True))
     known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES | set(derived)
     texts = [*v.preconditions, *(s.size for s in scratch), *derived.values()]
     for st in steps:

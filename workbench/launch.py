@@ -133,7 +133,7 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
 
     env = launch_env(version, sizes, block_size, params)
     plan = Plan(version, block_size)
-    missing = [a.name for a in version.family.args if a.name not in buffers] + \
+    missing = [a.name for a in version.args if a.name not in buffers] + \
               [s.name for s in version.scratch if s.name not in buffers]
     if missing:
         raise ContractError(f"{version.label}: no buffer given for {', '.join(missing)}")
@@ -157,7 +157,8 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
             plan.described.append(f"memset {step.name}")
         else:
             fn = library_calls.get(step.name)
-            kwargs = {k: resolve_value(v, env, buffers) for k, v in step.params}
+            kwargs = {k: v if k in library_calls.LITERAL_PARAMS else resolve_value(v, env, buffers)
+                      for k, v in step.params}
             plan.steps.append(fn(**kwargs))
             plan.described.append(f"{step.name}({', '.join(k for k, _ in step.params)})")
     if not plan.steps:

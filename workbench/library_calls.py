@@ -1,4 +1,5 @@
-"""Library calls a version's launch steps may name: cuBLAS and cuBLASLt through nvmath-python.
+"""Library calls a version's launch steps may name: cuBLAS and cuBLASLt through nvmath-python,
+and cuDNN's attention through the cuDNN frontend.
 
 Everything here works on raw device pointers in the primary context PyCUDA uses, and is enqueued
 on the caller's stream, so library steps sit in a plan (and in a CUDA graph) like kernels do.
@@ -11,6 +12,7 @@ D^T = op(B)^T op(A)^T, which is the same memory.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -20,6 +22,8 @@ import numpy as np
 DATA_TYPES = {"f32": 0, "bf16": 14}  # CUDA_R_32F, CUDA_R_16BF
 R_32F = DATA_TYPES["f32"]
 WORKSPACE = 32 * 1024 * 1024
+# Parameters a header gives as plain words, not expressions: dtype = "bf16".
+LITERAL_PARAMS = {"dtype"}
 
 _LIBRARY: dict[str, Callable[..., Callable[[Any], None]]] = {}
 
@@ -80,23 +84,25 @@ def _col_major(m, n, k, trans_a, trans_b, lda, ldb, ldc):
 
 @library
 def gemm(a, b, c, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, batch=1,
-         stride_a=0, stride_b=0, stride_c=0, lda=0, ldb=0, ldc=0, tf32=False):
-    """cuBLAS (strided-batched) GEMM, row-major: C = alpha op(A) op(B) + beta C."""
+         stride_a=0, stride_b=0, stride_c=0, lda=0, ldb=0, ldc=0, tf32=False, dtype="f32"):
+    """cuBLAS (strided-batched) GEMM, row-major: C = alpha op(A) op(B) + beta C; dtype "bf16":
+    A, B and C in bf16, accumulated in fp32."""
     from nvmath.bindings import cublas
     handle = cublas_handle()
     lda, ldb, ldc = _col_major(m, n, k, trans_a, trans_b, lda, ldb, ldc)
     op_a = int(cublas.Operation.T if trans_a else cublas.Operation.N)
     op_b = int(cublas.Operation.T if trans_b else cublas.Operation.N)
     scalars = np.array([alpha, beta], dtype=np.float32)
-    compute = _compute_type(bool(tf32))
+    compute = _compute_type(bool(tf32) and dtype == "f32")
     algo = int(cublas.GemmAlgo.DEFAULT)
+    elem = DATA_TYPES[dtype]
 
     def call(stream):
         cublas.set_stream(handle, _stream_handle(stream))
         cublas.gemm_strided_batched_ex(
             handle, op_b, op_a, int(n), int(m), int(k), scalars.ctypes.data,
-            int(b), R_32F, ldb, int(stride_b), int(a), R_32F, lda, int(stride_a),
-            scalars.ctypes.data + 4, int(c), R_32F, ldc, int(stride_c), int(batch), compute, algo)
+            int(b), elem, ldb, int(stride_b), int(a), elem, lda, int(stride_a),
+            scalars.ctypes.data + 4, int(c), elem, ldc, int(stride_c), int(batch), compute, algo)
     call.keep = scalars  # type: ignore[attr-defined]  # alpha/beta must outlive the call
     return call
 
@@ -161,4 +167,94 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
                   scalars.ctypes.data + 4, c_ptr, layout_d, int(d), layout_d, algo.ctypes.data,
                   int(ws), WORKSPACE, _stream_handle(stream))
     call.keep = (scalars, algo, results)  # type: ignore[attr-defined]
+    return call
+
+
+# -- cuDNN: scaled dot-product attention through the cuDNN frontend, on raw pointers ---------------
+@lru_cache(maxsize=None)
+def cudnn_handle():
+    import cudnn
+    return cudnn.create_handle()
+
+
+def _sdpa_layout(B, T, NH, HS):
+    """Strides (elements) of q/k/v inside a packed qkv (B, T, 3, NH, HS), of out (B, T, NH, HS),
+    and of the log-sum-exp (B, NH, T), each seen as cuDNN's [B, H, S, D]."""
+    C = NH * HS
+    return [T * 3 * C, HS, 3 * C, 1], [T * C, HS, C, 1], [NH * T, T, 1, 1]
+
+
+def _cudnn_plan(graph) -> Any:
+    import cudnn
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.check_support()
+    graph.build_plans()
+    import pycuda.driver as drv
+    return drv.mem_alloc(max(16, graph.get_workspace_size()))
+
+
+def _bf16_graph():
+    import cudnn
+    return cudnn.pygraph(handle=cudnn_handle(), io_data_type=cudnn.data_type.BFLOAT16,
+                         intermediate_data_type=cudnn.data_type.FLOAT, compute_data_type=cudnn.data_type.FLOAT)
+
+
+@library
+def sdpa_cudnn(q, k, v, out, lse, B, T, NH, HS, scale=0.0):
+    """Causal attention forward by cuDNN (FlashAttention-2 style, bf16 in and out, fp32 softmax):
+    q, k, v point into a packed bf16 qkv (B, T, 3, NH, HS); out is bf16 (B, T, NH*HS); lse, fp32
+    (B, NH, T), is the natural-log log-sum-exp of each row's scaled scores (the backward's input).
+    scale 0 means 1/sqrt(HS)."""
+    import cudnn
+    B, T, NH, HS = int(B), int(T), int(NH), int(HS)
+    scale = float(scale) or 1.0 / math.sqrt(HS)
+    qkv_stride, out_stride, lse_stride = _sdpa_layout(B, T, NH, HS)
+    g = _bf16_graph()
+    bf16 = cudnn.data_type.BFLOAT16
+    tq, tk, tv = (g.tensor(name=n, dim=[B, NH, T, HS], stride=qkv_stride, data_type=bf16) for n in ("q", "k", "v"))
+    to, tstats = g.sdpa(name="sdpa", q=tq, k=tk, v=tv, generate_stats=True, attn_scale=scale,
+                        diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+    to.set_output(True).set_dim([B, NH, T, HS]).set_stride(out_stride).set_data_type(bf16)
+    tstats.set_output(True).set_dim([B, NH, T, 1]).set_stride(lse_stride).set_data_type(cudnn.data_type.FLOAT)
+    workspace = _cudnn_plan(g)
+    handle = cudnn_handle()
+    pack = {tq: int(q), tk: int(k), tv: int(v), to: int(out), tstats: int(lse)}
+
+    def call(stream):
+        cudnn.set_stream(handle=handle, stream=_stream_handle(stream))
+        g.execute(pack, int(workspace), handle=handle)
+    call.keep = (g, workspace)  # type: ignore[attr-defined]
+    return call
+
+
+@library
+def sdpa_backward_cudnn(q, k, v, out, dout, lse, dq, dk, dv, B, T, NH, HS, scale=0.0, deterministic=0):
+    """Causal attention backward by cuDNN: dq, dk, dv (into a packed bf16 dqkv, like q, k, v) from
+    dout and the forward's out and lse (see sdpa_cudnn)."""
+    import cudnn
+    B, T, NH, HS = int(B), int(T), int(NH), int(HS)
+    scale = float(scale) or 1.0 / math.sqrt(HS)
+    qkv_stride, out_stride, lse_stride = _sdpa_layout(B, T, NH, HS)
+    g = _bf16_graph()
+    bf16 = cudnn.data_type.BFLOAT16
+    tq, tk, tv = (g.tensor(name=n, dim=[B, NH, T, HS], stride=qkv_stride, data_type=bf16) for n in ("q", "k", "v"))
+    to = g.tensor(name="o", dim=[B, NH, T, HS], stride=out_stride, data_type=bf16)
+    tdo = g.tensor(name="dO", dim=[B, NH, T, HS], stride=out_stride, data_type=bf16)
+    tstats = g.tensor(name="stats", dim=[B, NH, T, 1], stride=lse_stride, data_type=cudnn.data_type.FLOAT)
+    tdq, tdk, tdv = g.sdpa_backward(name="sdpa_backward", q=tq, k=tk, v=tv, o=to, dO=tdo, stats=tstats,
+                                    attn_scale=scale, diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT,
+                                    diagonal_band_right_bound=0, use_deterministic_algorithm=bool(deterministic))
+    for t in (tdq, tdk, tdv):
+        t.set_output(True).set_dim([B, NH, T, HS]).set_stride(qkv_stride).set_data_type(bf16)
+    workspace = _cudnn_plan(g)
+    handle = cudnn_handle()
+    pack = {tq: int(q), tk: int(k), tv: int(v), to: int(out), tdo: int(dout), tstats: int(lse),
+            tdq: int(dq), tdk: int(dk), tdv: int(dv)}
+
+    def call(stream):
+        cudnn.set_stream(handle=handle, stream=_stream_handle(stream))
+        g.execute(pack, int(workspace), handle=handle)
+    call.keep = (g, workspace)  # type: ignore[attr-defined]
     return call

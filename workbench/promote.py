@@ -33,9 +33,14 @@ class PromoteError(WorkbenchError):
     """A version that cannot be promoted; the message says why."""
 
 
-def entry_key(family: str, precision: str = "fp32") -> str:
-    """The manifest's key of a family's promoted version at a precision."""
-    return family if precision == "fp32" else f"{family}.{precision}"
+DETERMINISTIC = "deterministic"
+
+
+def entry_key(family: str, precision: str = "fp32", variant: str | None = None) -> str:
+    """The manifest's key of a family's promoted version at a precision, and of a variant such as
+    the deterministic stand-in for a winner whose float atomics make its bits vary:
+    "encoder_backward", "encoder_backward.bf16", "encoder_backward@deterministic"."""
+    return family + ("" if precision == "fp32" else f".{precision}") + (f"@{variant}" if variant else "")
 
 
 def read_manifest(directory: Path) -> dict:
@@ -68,10 +73,14 @@ class Promoted:
 
 
 def promote(session, version: Version, sizes: list[dict[str, int]], directory: Path,
-            block_size: int | None = None, shapes_note: dict | None = None) -> Promoted:
+            block_size: int | None = None, shapes_note: dict | None = None, variant: str | None = None) -> Promoted:
     """Check `version` at every size set in `sizes` (the first is the one timed) and at the
-    family's test sizes, time it, and freeze it into `directory`."""
+    family's test sizes, time it, and freeze it into `directory` (as `variant` of the family's
+    entry when given: "deterministic" accepts only versions without order-dependent atomics)."""
     family = version.family
+    if variant == DETERMINISTIC and not version.deterministic:
+        raise PromoteError(f"{version.label} is not deterministic (its header says its float atomics land in "
+                           f"any order); pick a version without `deterministic = false`")
     if not sizes:
         raise PromoteError(f"nothing calls {family.name} at any size, so there is nothing to promote it for")
     for s in sizes:
@@ -92,7 +101,7 @@ def promote(session, version: Version, sizes: list[dict[str, int]], directory: P
     timed = row.timings[chosen]
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    key = entry_key(family.name, version.precision)
+    key = entry_key(family.name, version.precision, variant)
     frozen = directory / f"{key}.cu"
     _write_atomic(frozen, flatten(version.path))
     manifest = read_manifest(directory)
@@ -101,6 +110,7 @@ def promote(session, version: Version, sizes: list[dict[str, int]], directory: P
     from .bench import git_commit
     entry = {
         "family": family.name, "version": version.number, "precision": version.precision, "title": version.title,
+        "deterministic": version.deterministic, **({"variant": variant} if variant else {}),
         "file": frozen.name, "block_size": chosen, "source": str(version.path.relative_to(family.project.root)),
         "sha256": sha256(frozen), "timed_at": family.format_sizes(sizes[0]),
         "checked_at": [family.format_sizes(s) for s in sizes],
@@ -127,12 +137,14 @@ def ranked(run: BenchRun) -> dict[tuple[str, str], list[tuple[int, int | None]]]
 
 
 def promote_best(session, candidates: list[tuple[Version, int | None]], sizes: list[dict[str, int]],
-                 directory: Path, shapes_note: dict | None = None) -> Promoted:
+                 directory: Path, shapes_note: dict | None = None, variant: str | None = None) -> Promoted:
     """The first candidate (fastest first) that passes at `sizes`; the last refusal if none does."""
     last: PromoteError | None = None
     for version, block_size in candidates:
+        if variant == DETERMINISTIC and not version.deterministic:
+            continue
         try:
-            return promote(session, version, sizes, directory, block_size, shapes_note)
+            return promote(session, version, sizes, directory, block_size, shapes_note, variant)
         except PromoteError as e:
             last = e
     raise last or PromoteError("no candidate to promote")

@@ -419,3 +419,62 @@ class TrainUI:
             self.console.print(f"[bold]average step[/] ({s['window']}, median): {s['median_ms']:.2f} ms, "
                                f"{s['median_tokens_per_s']:,.0f} tok/s, MFU {s['median_mfu']:.1f}%, "
                                f"host {s['median_host_us']:.0f} µs per step outside the graph")
+
+
+# -- sanitize, doctor --------------------------------------------------------------------------------
+FINDING_STYLE = {"clean": "green", "errors": "bold red", "failed": "bold red", "timed_out": "bold red",
+                 "skipped": "dim"}
+
+
+def sanitize_tables(findings: list, tools: Iterable[str]) -> Group:
+    """A table per compute-sanitizer tool: each version's verdict and the sanitizer's first report."""
+    parts = []
+    for tool in tools:
+        table = Table(title=f"compute-sanitizer --tool {tool}", title_justify="left")
+        for col in ("version", "title", "verdict", "first report"):
+            table.add_column(col, overflow="fold")
+        mine = [f for f in findings if f.tool == tool]
+        for f in mine:
+            verdict = {"errors": f"{f.errors} error(s)", "timed_out": "timed out"}.get(f.status, f.status)
+            table.add_row(f.version.label, Text(f.version.title), Text(verdict, style=FINDING_STYLE.get(f.status, "")),
+                          Text("; ".join(f.lines[:2]) or f.reason))
+        clean = sum(f.status == "clean" for f in mine)
+        table.caption = f"{clean} of {len(mine)} clean"
+        parts.append(table)
+    return Group(*parts)
+
+
+def doctor_table(checks: list) -> Table:
+    table = Table(title="what this machine has", title_justify="left")
+    for col in ("", "what", "version / problem", "needed for", "how to get it"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row(Text("ok", style="green") if c.ok else Text("missing", style="bold red"), c.name,
+                      Text(c.detail), c.needed_for, Text(c.fix, style="yellow"))
+    return table
+
+
+def ceilings_table(measured: dict) -> Table:
+    table = Table(title=f"ceilings of {measured['device']['name']} (measured, cached)", title_justify="left")
+    table.add_column("what")
+    table.add_column("measured", justify="right")
+    table.add_row("copy bandwidth (read + write, 1 GiB float4 copy or cuMemcpyDtoD)", f"{measured['ceiling']['gbps']:.0f} GB/s")
+    for kind, tflops in measured.get("peaks", {}).items():
+        table.add_row(f"{kind} matmul through cuBLASLt, 8192^3", f"{tflops:.1f} TFLOP/s")
+    return table
+
+
+def sweep_table(version: Version, axis: str, points: list) -> Table:
+    """`run --sweep`: one line per size: time, bandwidth, share of the ceiling, the copy beside it."""
+    table = Table(title=f"{version.label} against {axis}", title_justify="left")
+    for col in (axis, "status", "block", "median", "p20-p80", "GB/s", "% ceil", "copy", "x copy"):
+        table.add_column(col, justify="left" if col == "status" else "right")
+    for row, copy in points:
+        b = row.best
+        c = copy.best if copy is not None and copy.passed else None
+        table.add_row(str(row.sizes.get(axis, "?")), status_text(row) if not row.passed or not b else Text("passed", style="green"),
+                      fmt_block(b.block_size) if b else "", fmt_us(b.median_us) if b else Text(reason_line(row), style="dim"),
+                      f"{fmt_us(b.timing.p20_us)}-{fmt_us(b.timing.p80_us)}" if b else "", fmt_gbps(b.gbps) if b else "",
+                      f"{b.pct_ceiling:.1f}%" if b else "", fmt_us(c.median_us) if c else "",
+                      f"{b.median_us / c.median_us:.2f}x" if b and c else "")
+    return table

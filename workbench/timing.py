@@ -228,6 +228,15 @@ def copy_ceiling(refresh: bool = False) -> dict:
 PEAK_N = 8192
 
 
+def cached_peaks() -> dict[str, float]:
+    """The matmul peaks measured on this device so far (`workbench doctor` measures them)."""
+    key = device_key()
+    cache = CACHE_DIR / "peak.json"
+    known = json.loads(cache.read_text()) if cache.exists() else {}
+    prefix = f"{key['name']}|{key['pci']}|{key['driver']}|"
+    return {k[len(prefix):]: v for k, v in known.items() if k.startswith(prefix)}
+
+
 def matmul_peak(kind: str, refresh: bool = False) -> float:
     """The dense matmul rate (TFLOP/s) this device reaches through cuBLASLt at 8192^3, for
     kind "fp32" (CUDA cores), "tf32" or "bf16" (tensor cores), measured once and cached like the

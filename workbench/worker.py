@@ -158,9 +158,10 @@ def run_rows(req: dict, rep: Reporter) -> None:
 
 
 def run_probe(req: dict, rep: Reporter) -> None:
-    from .timing import copy_ceiling
+    from .timing import cached_peaks, copy_ceiling
     rep.phase("measuring the copy ceiling")
     rep.result["ceiling"] = copy_ceiling(refresh=req.get("refresh", False))
+    rep.result["peaks"] = cached_peaks()
     rep.result["status"] = "passed"
 
 

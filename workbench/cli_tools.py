@@ -1,0 +1,124 @@
+"""More verbs of the command line, around the core loop of cli.py: sanitize, doctor, compare,
+plot, new. Thin like cli.py: check the options, call the library, print with report.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from . import report
+from .cli import console, err_console, progress_bar
+from .errors import WorkbenchError
+from .family import Project
+
+
+@click.command()
+@click.argument("family", required=False)
+@click.argument("version", required=False)
+@click.option("--tool", "tools", multiple=True, type=click.Choice(["memcheck", "racecheck", "initcheck", "synccheck"]),
+              help="Only this compute-sanitizer tool (repeatable). Default: all four.")
+@click.option("--parallel", default=4, show_default=True, type=click.IntRange(1, 64), help="Sanitized jobs at a time.")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds per job.")
+@click.pass_obj
+def sanitize(project: Project, family, version, tools, parallel, timeout):
+    """Run versions under compute-sanitizer (memcheck, racecheck, initcheck, synccheck) at the
+    family's small test sizes, check only; a table per tool. Exits non-zero if any is not clean.
+
+    \b
+    workbench sanitize                        every version of every family
+    workbench sanitize layernorm_forward 6 --tool memcheck
+    """
+    from .bench import Options, Session, require_pycuda
+    from .sanitize import TOOLS, sanitize as run_sanitize, sanitizer
+    if version and not family:
+        raise WorkbenchError("give FAMILY before VERSION")
+    fams = [project.family(family)] if family else project.families()
+    versions = [fams[0].version(version)] if version else [v for f in fams for v in f.versions]
+    tools = tools or TOOLS
+    sanitizer()  # missing tool: one line, before any work
+    require_pycuda()
+    with Session(project, Options(seeds=1, time=False)) as session, progress_bar() as progress:
+        task = progress.add_task("preparing", total=len(versions) * len(tools))
+        session.progress = lambda text: progress.update(task, description=escape(text))
+        session.device()
+
+        def done(finding):
+            progress.advance(task)
+            if finding.status != "clean":
+                progress.console.print(f"  {finding.version.label} {finding.tool}: {finding.status} "
+                                       f"{escape('; '.join(finding.lines[:1]) or finding.reason)}")
+        findings = run_sanitize(session, versions, tools, parallel, timeout, done)
+    console.print(report.sanitize_tables(findings, tools))
+    bad = [f for f in findings if f.status not in ("clean", "skipped")]
+    console.print(f"{len(findings) - len(bad)} of {len(findings)} (version, tool) runs clean")
+    if bad:
+        sys.exit(1)
+
+
+@click.command()
+@click.option("--measure/--no-measure", default=True, show_default=True,
+              help="With a GPU, measure (or read the cached) copy and matmul ceilings.")
+@click.option("--refresh", is_flag=True, help="Measure the ceilings again instead of reading the cache.")
+@click.pass_obj
+def doctor(project: Project, measure, refresh):
+    """What this machine has (GPU, driver, toolkit, PyCUDA, nvmath, cuDNN frontend, NCCL, mpi4py,
+    torch...), each with its version or how to get it, and the ceilings the tables use."""
+    from .doctor import measure as measure_ceilings, software
+    checks = software()
+    console.print(report.doctor_table(checks))
+    if measure and next(c for c in checks if c.name == "pycuda").ok:
+        from .bench import Options, Session
+        with Session(project, Options()) as session, err_console.status("measuring the ceilings (cached after)"):
+            measured = measure_ceilings(session, refresh)
+        console.print(report.ceilings_table(measured))
+
+
+@click.command()
+@click.argument("old", type=click.Path(dir_okay=False))
+@click.argument("new", type=click.Path(dir_okay=False))
+@click.option("--threshold", default=0.05, show_default=True, type=click.FloatRange(0, 10),
+              help="Exit non-zero (4) when a version is SLOWER by more than this fraction, or newly fails.")
+@click.option("--same", default=0.03, show_default=True, type=click.FloatRange(0, 1, max_open=True),
+              help="Changes within this fraction are SAME.")
+def compare(old, new, threshold, same):
+    """Compare two results files row by row: FASTER / SLOWER / SAME / NOISY from the two runs'
+    spreads, a summary, and exit code 4 on a regression beyond --threshold (a CI gate).
+
+    \b
+    workbench compare results/h100-bench.json new.json
+    """
+    from .compare import check_regressions, compare_files, comparison_report
+    comparison = compare_files(old, new, same=same)
+    console.print(comparison_report(comparison, threshold))
+    check_regressions(comparison, threshold)
+
+
+@click.command()
+@click.argument("results", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", default="plots", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the PNGs (created).")
+def plot(results, out_dir):
+    """A PNG per family (each version's time and share of the ceiling, the baselines as lines)
+    and a roofline of every family's best version, from a results file."""
+    from .compare import load_results
+    from .plot import plot_results
+    written = plot_results(load_results(results), out_dir)
+    console.print(f"wrote {len(written)} plots to {out_dir}/ (roofline: {Path(out_dir) / 'roofline.png'})")
+
+
+@click.command("new")
+@click.argument("family")
+@click.option("--force", is_flag=True, help="Overwrite the files of an existing family of that name.")
+@click.pass_obj
+def new_family(project: Project, family, force):
+    """Scaffold a new family: its contract, version 1, the NumPy reference and a test, which
+    pass their own check. Then: workbench show FAMILY; workbench run FAMILY 1."""
+    from .scaffold import scaffold
+    for path in scaffold(project.root, family, force):
+        console.print(f"wrote {escape(str(path.relative_to(project.root)))}")
+
+
+commands = [sanitize, doctor, compare, plot, new_family]

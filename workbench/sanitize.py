@@ -1,0 +1,114 @@
+"""Sanitize: every version under NVIDIA's compute-sanitizer, at the family's small test sizes.
+
+For each version and each tool (memcheck: out-of-bounds and misaligned accesses; racecheck:
+shared-memory hazards between threads; initcheck: reads of device memory nothing wrote;
+synccheck: barriers not every thread reaches), the version's check job (no timing) runs in a
+child process wrapped in `compute-sanitizer --tool T`. The sanitizer's own verdict is what
+counts: its "ERROR SUMMARY" (or racecheck's hazard summary), with its first report lines kept.
+Jobs run several at a time: a sanitized run is mostly host-side instrumentation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import WorkbenchError
+from .family import Version
+from .isolate import run_job
+
+TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+HAZARDS = re.compile(r"RACECHECK SUMMARY: (\d+) hazard")
+REPORT_LINE = re.compile(r"^=========\s+(Invalid|Error|Race|Uninitialized|Barrier|Warning|.*hazard|.*Program hit)", re.I)
+
+
+@dataclass
+class Finding:
+    """One version under one tool."""
+
+    version: Version
+    tool: str
+    status: str                  # "clean" | "errors" | "failed" (the job itself) | "timed_out"
+    errors: int = 0
+    lines: list[str] = field(default_factory=list)   # the sanitizer's first reports
+    reason: str = ""
+
+
+def sanitizer() -> str:
+    path = shutil.which("compute-sanitizer")
+    if path is None:
+        for cand in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer"):
+            if os.path.exists(cand):
+                return cand
+        raise WorkbenchError("compute-sanitizer is not on PATH: it ships with the CUDA toolkit "
+                             "(/usr/local/cuda/bin); add that folder to PATH")
+    return path
+
+
+def parse(output: str) -> tuple[int, list[str]]:
+    """(errors, first report lines) from compute-sanitizer's output."""
+    errors = 0
+    if m := SUMMARY.search(output):
+        errors = int(m.group(1))
+    if m := HAZARDS.search(output):
+        errors = max(errors, int(m.group(1)))
+    lines = [line.strip("= ").strip() for line in output.splitlines() if REPORT_LINE.match(line)]
+    return errors, lines[:6]
+
+
+def command(tool: str) -> list[str]:
+    cmd = [sanitizer(), "--tool", tool, "--error-exitcode", "99", "--print-limit", "20"]
+    if tool == "racecheck":
+        cmd += ["--racecheck-report", "all"]
+    if tool == "initcheck":
+        # Library workspaces (cuBLAS) are read before written by design; report our own buffers only.
+        cmd += ["--track-unused-memory", "no"]
+    return cmd
+
+
+def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, timeout: float = 600.0,
+             on_finding: Callable[[Finding], None] | None = None) -> list[Finding]:
+    """Run every (version, tool) pair; returns the findings in the order given."""
+    jobs = []
+    for v in versions:
+        sizes = v.family.test_sizes
+        usable = [s for s in sizes if not v.unmet(s)]
+        if not usable:
+            for tool in tools:
+                jobs.append((v, tool, None))
+            continue
+        cases = session.cases(v.family, usable[0], v.precision, extra_sizes=usable[1:], seeds=1)
+        req = {**session.request(v.family, usable[0], v.precision), "time": False,
+               "providers": [{"kind": "version", "version": v.number}], "cases": cases}
+        for tool in tools:
+            jobs.append((v, tool, req))
+
+    def one(job) -> Finding:
+        v, tool, req = job
+        if req is None:
+            return Finding(v, tool, "skipped", reason="no test size meets its preconditions")
+        res = run_job(req, timeout, prefix=command(tool))
+        out = (res.get("_stdout") or "") + "\n" + (res.get("stderr") or "")
+        errors, lines = parse(out)
+        if res.get("status") == "timed_out":
+            return Finding(v, tool, "timed_out", errors, lines, res.get("reason", ""))
+        rows = res.get("rows") or []
+        if errors:
+            return Finding(v, tool, "errors", errors, lines)
+        if res.get("status") != "passed" or not rows or rows[0].get("status") not in ("passed", "refused"):
+            why = (rows[0].get("reason") if rows else None) or res.get("reason") or (rows[0].get("status") if rows else "")
+            return Finding(v, tool, "failed", errors, lines, str(why))
+        return Finding(v, tool, "clean")
+
+    found: list[Finding] = []
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for finding in pool.map(one, jobs):
+            found.append(finding)
+            if on_finding:
+                on_finding(finding)
+    return found
