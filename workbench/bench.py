@@ -6,12 +6,16 @@ report.py. The order of work in a bench, and why:
 
 * the device is probed once (its copy ceiling is measured once per device and cached);
 * every version is compiled up front, in parallel, without a GPU context (compile.precompile);
-* every family's reference cases are computed in a process pool in the background, in bench
-  order, while the GPU works on the families before them;
-* per family: each version in a fresh child (isolate.run_job), then the baselines (PyTorch and a
-  same-size copy) in one long-lived child (isolate.Server: torch loads once); the family's
+* every family's reference cases are computed in a process pool in the background, and the
+  families are benched in the order their cases become ready, so the GPU never waits on one
+  family's references while another's are done;
+* per family: each version in a fresh child (isolate.Server with one job per child, the next
+  child started ahead so its interpreter and CUDA context are ready), then the baselines
+  (PyTorch and a same-size copy) in one long-lived child (torch loads once); the family's
   results, baselines included, go to the JSON file at once, so a stopped bench keeps all it
-  measured and `--resume` skips the families already there.
+  measured and `--resume` skips the families already there;
+* timing: every block size briefly, then the front-runners (within 10% of the best, two at
+  most) with the full budget (providers.py).
 """
 
 from __future__ import annotations
@@ -68,15 +72,17 @@ class Session:
         self._cases: dict[tuple, list[str]] = {}
         self._pending: dict[tuple, Future] = {}   # cases being computed in the background
         self._pool: ProcessPoolExecutor | None = None
-        self._server: Server | None = None
+        self._server: Server | None = None     # the baselines' long-lived child
+        self._versions: Server | None = None   # a fresh child per version, the next one started ahead
         self._device: dict | None = None
         self.seconds: dict[str, float] = {}      # where the time went, by activity
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._versions):
+            if server is not None:
+                server.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self):
@@ -202,8 +208,10 @@ class Session:
                "providers": [{"kind": "version", "version": version.number}],
                "cases": self.cases(family, sizes, version.precision, extra_sizes)}
         self.progress(f"{version.label}: compile, check, time")
+        if self._versions is None:
+            self._versions = Server(jobs_per_child=1, standby=True)
         t0 = time.perf_counter()
-        rows = rows_from(run_job(req, self.options.timeout), req, family.name)
+        rows = rows_from(self._versions.run(req, self.options.timeout), req, family.name)
         self._spent("versions", t0)
         return rows[0]
 
@@ -273,7 +281,7 @@ class Session:
                   if any(v.precision == p for v in f.versions) and run.family(f.name, p) is None]
         self.prepare_cases(groups)
         self.precompile([v for f, p in groups for v in f.versions if v.precision == p])
-        for family, precision in groups:
+        for family, precision in self._ready_first(groups):
             result = self.bench_family(family, precision, on_row=on_row)
             self.drop_cases(family)
             run.put(result)
@@ -315,6 +323,20 @@ class Session:
             if on_point:
                 on_point(row, copy)
         return points
+
+    def _ready_first(self, groups: list[tuple[Family, str]]):
+        """The groups in the order their reference cases become ready (bench order among the
+        ready ones): the GPU never waits on one family's references while another's are done."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+        left = list(groups)
+        while left:
+            futures = {id(g): self._pending.get(self._case_plan(g[0], self.sizes_for(g[0]), g[1])[0]) for g in left}
+            ready = [g for g in left if futures[id(g)] is None or futures[id(g)].done()]
+            if not ready:
+                wait([f for f in futures.values() if f is not None], return_when=FIRST_COMPLETED)
+                continue
+            left.remove(ready[0])
+            yield ready[0]
 
     def check(self, versions: list[Version], on_row: Callable[[Row], None] | None = None) -> list[Row]:
         """Check versions at the family's default and test sizes, no timing."""

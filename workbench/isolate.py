@@ -5,8 +5,9 @@ back as that job's result: {"status": "crashed" | "timed_out" | ..., "reason": "
 
 * `run_job` starts a fresh child for one job: what every version gets, so one version's broken
   context or corrupted memory cannot touch the next one.
-* `Server` keeps one child alive across jobs (the baselines: torch loads once per bench); a job
-  that crashes or hangs it is reported the same way, and the next job gets a new child.
+* `Server` runs jobs through children it keeps: one long-lived child (the baselines: torch loads
+  once per bench), or a fresh child per job started ahead of time (the versions); a job that
+  crashes or hangs its child is reported the same way, and the next job gets a new child.
 """
 
 from __future__ import annotations
@@ -58,18 +59,43 @@ def run_job(job: dict, timeout: float = DEFAULT_TIMEOUT, prefix: list[str] | Non
 
 
 class Server:
-    """A long-lived child running jobs one at a time (`python -m workbench.worker --serve`)."""
+    """Children running jobs one at a time (`python -m workbench.worker --serve`).
 
-    def __init__(self):
+    jobs_per_child None: one long-lived child (the baselines: torch loads once). 1: a fresh child
+    for every job, as isolated as run_job; with standby, the next child is started as soon as
+    one is taken, so its interpreter, imports and CUDA context are ready when its job comes (a
+    bench runs ~100 versions: that start-up, ~1 s each, would otherwise be paid in sequence).
+    A job that crashes or hangs its child is reported like run_job's, and the next job gets a
+    new child."""
+
+    def __init__(self, jobs_per_child: int | None = None, standby: bool = False):
+        self.jobs_per_child, self.standby = jobs_per_child, standby
         self.proc: subprocess.Popen | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
         self._n = 0
 
-    def _start(self) -> subprocess.Popen:
+    def _spawn(self) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "workbench.worker", "--serve"]
+        if self.jobs_per_child:
+            cmd.append(str(self.jobs_per_child))
+        # stderr to a file, not a pipe: a child that writes much would block on a full pipe
+        self._n += 1
+        err = open(Path(self._tmp.name) / f"stderr-{self._n}", "w+")
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                env=_env(), start_new_session=True)
+        proc.err_file = err  # type: ignore[attr-defined]
+        return proc
+
+    @staticmethod
+    def _stderr(proc) -> str:
+        proc.err_file.seek(0)
+        text = proc.err_file.read()
+        proc.err_file.close()
+        return text
+
+    def _child(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen([sys.executable, "-m", "workbench.worker", "--serve"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+            self.proc = self._spawn()
         return self.proc
 
     def run(self, job: dict, timeout: float = DEFAULT_TIMEOUT) -> dict:
@@ -78,33 +104,42 @@ class Server:
         folder.mkdir()
         req, out = _write_request(str(folder), job)
         try:
-            proc = self._start()
-            proc.stdin.write(f"{req}\n")
+            proc = self._child()
+            proc.stdin.write(f"{req}\n".encode())
             proc.stdin.flush()
         except (BrokenPipeError, OSError):  # it was on its way out (after a crash): start another
             self.proc = None
-            proc = self._start()
-            proc.stdin.write(f"{req}\n")
+            proc = self._child()
+            proc.stdin.write(f"{req}\n".encode())
             proc.stdin.flush()
+        if self.jobs_per_child == 1:
+            self.proc = self._spawn() if self.standby else None  # this child is spoken for
         deadline = time.monotonic() + timeout
         answered = timed_out = False
-        while True:
+        seen = b""
+        while not answered:
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
                 break
             ready, _, _ = select.select([proc.stdout], [], [], left)
             if ready:
-                line = proc.stdout.readline()
-                answered = line == "done\n"
-                break
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                if not chunk:  # end of file: the child died
+                    break
+                seen += chunk
+                # the answer is a line "done"; anything else a library printed is not
+                answered = b"\ndone\n" in b"\n" + seen
         stderr = ""
-        if not answered:  # hung or died: this child is done for
+        if not answered or self.jobs_per_child == 1:  # hung, died, or done with its one job
             if timed_out:
                 os.killpg(proc.pid, signal.SIGKILL)
+            if answered:
+                proc.stdin.close()
             proc.wait()
-            stderr = proc.stderr.read()
-            self.proc = None
+            stderr = self._stderr(proc)
+            if proc is self.proc:
+                self.proc = None
         elif proc.poll() is not None:  # answered, then exited (it does after a crashed context)
             self.proc = None
         return _finish(_read(out), timed_out, timeout, proc.returncode if not answered else 0, stderr)

@@ -6,7 +6,7 @@ timeout and turns a crash into that version's result. Baselines (PyTorch, a plai
 one long-lived child (`--serve`), so torch is imported once per bench, not once per family.
 
     python -m workbench.worker REQUEST.json      one job
-    python -m workbench.worker --serve           jobs by request path, one per stdin line
+    python -m workbench.worker --serve [N]       jobs by request path, one per stdin line (N at most)
 
 A job writes its result (and, as it goes, its progress) to the path named in the request.
 Jobs: "rows" (check and time providers of one family: providers.py), "probe" (the device and its
@@ -205,24 +205,35 @@ def run_request(path: str) -> None:
         rep.flush()
 
 
-def serve() -> None:
-    """Run jobs named on stdin, one path a line; answer each with a line on stdout. A crashed
-    context ends the process (isolate.py starts another for the next job)."""
+def serve(max_jobs: int | None = None) -> None:
+    """Run jobs named on stdin, one path a line; answer each with a line on stdout. The CUDA
+    context and the imports come first, before the first job arrives: a standby child pays for
+    them while another child works. A crashed context, or `max_jobs` jobs, end the process
+    (isolate.py starts another for the next job)."""
+    try:
+        init_cuda()
+        from . import providers  # noqa: F401  (with pycuda.compiler, numpy...: the slow imports)
+    except Exception:
+        pass  # reported by the first job, in its result
+    done = 0
     for line in sys.stdin:
         path = line.strip()
         if not path:
             continue
         run_request(path)
+        done += 1
         result = json.loads(Path(json.loads(Path(path).read_text())["result"]).read_text())
         sys.stdout.write("done\n")
         sys.stdout.flush()
         if result.get("status") == "crashed" or any(r.get("status") == "crashed" for r in result.get("rows", [])):
             break
+        if max_jobs is not None and done >= max_jobs:
+            break
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        serve()
+    if sys.argv[1:2] == ["--serve"]:
+        serve(int(sys.argv[2]) if len(sys.argv) > 2 else None)
     else:
         run_request(sys.argv[1])
     sys.stdout.flush()
