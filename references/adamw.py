@@ -21,7 +21,10 @@ def adamw(params, grads, m, v, hp, norm2, max_norm=1.0):
     m_hat = m / (1 - beta1 ** t)
     v_hat = v / (1 - beta2 ** t)
     params = params - lr * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * params)
-    return {"params": params, "m": m, "v": v}
+    # params_bf16: the bf16 copy a mixed-precision step writes beside the fp32 master params (the
+    # bf16 precision's extra output); here the exact value, which its tolerance compares with the
+    # version's rounded one. The fp32 precision ignores it.
+    return {"params": params, "m": m, "v": v, "params_bf16": params}
 
 
 def make_step(rng, max_norm=1.0):
