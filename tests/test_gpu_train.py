@@ -54,7 +54,7 @@ def test_logits_loss_and_every_gradient_match_pytorch(world):
     backend.run(program.forward, stream)
     stream.synchronize()
     logits = backend.download("logits").reshape(B, T, config.padded_vocab_size)
-    backend.run(program.loss + program.backward, stream)
+    backend.run(program.zero_grads + program.loss + program.backward, stream)
     stream.synchronize()
     loss = float(backend.download("losses").astype(np.float64).mean())
     grads = backend.download("grads").astype(np.float64)
@@ -77,7 +77,7 @@ def test_ten_adamw_steps_give_the_same_losses(world):
     ours = []
     for step, (x, y) in enumerate(world["batches"]):
         feed(backend, x, y, step)
-        backend.run(program.forward + program.loss + program.backward + program.update, stream)
+        backend.run(program.zero_grads + program.forward + program.loss + program.backward + program.update, stream)
         stream.synchronize()
         ours.append(float(backend.download("losses").astype(np.float64).mean()))
     model = GPT.from_flat(config, world["params"], device="cuda")
@@ -103,7 +103,7 @@ def test_a_saved_and_reloaded_checkpoint_gives_the_identical_next_loss(world, tm
     program, backend = make_backend(world, world["params"])
     for step in range(2):
         feed(backend, *world["batches"][step], step)
-        backend.run(program.forward + program.loss + program.backward + program.update, stream)
+        backend.run(program.zero_grads + program.forward + program.loss + program.backward + program.update, stream)
     stream.synchronize()
     path = formats.write_checkpoint(tmp_path / "ckpt.bin", config, backend.download("params"))
     feed(backend, *world["batches"][2], 2)

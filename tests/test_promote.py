@@ -72,3 +72,20 @@ def test_promote_best_ranks_passing_versions_fastest_first():
     times = {r.version: r.best.median_us for r in run.family("layernorm_forward").versions}
     order = [v for v, _ in best[("layernorm_forward", "fp32")]]
     assert [times[v] for v in order] == sorted(times[v] for v in order)
+
+
+def test_deterministic_runs_use_the_promoted_stand_in_of_a_family_with_atomics(kernels):
+    manifest = json.loads((kernels / "manifest.json").read_text())
+    entries = manifest["kernels"]
+    for family in ("encoder_backward", "layernorm_backward"):
+        entries[family].pop("deterministic", None)  # promoted before the field existed
+    stand_in = dict(entries["encoder_backward"], version=3, deterministic=True, variant="deterministic")
+    entries["encoder_backward@deterministic"] = stand_in
+    (kernels / "manifest.json").write_text(json.dumps(manifest))
+    plain, det = PromotedSet(directory=kernels), PromotedSet(directory=kernels, deterministic=True)
+    assert plain.entry("encoder_backward")["version"] == 1 and det.entry("encoder_backward")["version"] == 3
+    assert det.entry("layernorm_backward") is det.manifest["layernorm_backward"]  # no atomics: its own
+    assert det.stand_ins(["encoder_backward", "layernorm_backward"]) == {"encoder_backward": stand_in}
+    with pytest.raises(TrainError, match="--deterministic: the promoted global_norm .* run `workbench promote "
+                                         "global_norm 3 --deterministic`"):
+        det.entry("global_norm")

@@ -180,7 +180,7 @@ def test_tokenizer_round_trip_decodes_split_characters(tmp_path):
 
 
 def test_gpt2_tokenizer_file_decodes_like_tiktoken(tmp_path, gpt2_enc):
-    path = prepro.write_gpt2_tokenizer(tmp_path, gpt2_enc)
+    path = formats.write_tokenizer(tmp_path / prepro.TOKENIZER_FILE, prepro.tokenizer_bytes(gpt2_enc), gpt2_enc.eot_token)
     tok = formats.read_tokenizer(path)
     assert tok.vocab_size == 50257 and tok.eot == 50256 and tok[50256] == b"<|endoftext|>"
     assert gpt2_enc.encode("Hello world") == [15496, 995]
@@ -305,6 +305,21 @@ def test_cli_prints_a_bad_input_as_one_error_line(tmp_path):
 
 
 # -- preprocessing --------------------------------------------------------------------------------
+@pytest.mark.parametrize("verb", ["tinyshakespeare", "gpt2"])
+def test_prepro_into_an_unwritable_folder_is_one_line(tmp_path, verb):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for out in ("/proc/nope", str(blocker / "data")):
+        result = CliRunner().invoke(cli, ["prepro", verb, "--out", out])
+        lines = result.output.strip().splitlines()
+        assert result.exit_code != 0 and len(lines) == 1 and "'--out'" in lines[0], result.output
+
+
+def test_a_write_the_disk_refuses_is_one_error():
+    with pytest.raises(TrainError, match="cannot write"):
+        formats.write_tokens(Path("/proc/t.bin"), np.arange(3))
+
+
 needs_shakespeare = pytest.mark.skipif(not TS_TEXT.is_file(), reason=f"no tiny Shakespeare at {TS_TEXT}")
 
 
@@ -319,6 +334,24 @@ def test_prepro_tinyshakespeare_makes_llmc_splits(tmp_path, gpt2_enc):
     tok = formats.read_tokenizer(tmp_path / "gpt2_tokenizer.bin")
     assert tok.decode(val[:4]) == "<|endoftext|>First Citizen:"
     assert tok.decode(np.concatenate([val, train])).replace("<|endoftext|>", "") == TS_TEXT.read_text()
+
+
+@needs_shakespeare
+def test_prepro_refuses_to_replace_the_data_with_another_texts_without_force(tmp_path, gpt2_enc):
+    out = tmp_path / "data"
+    canonical = ["prepro", "tinyshakespeare", "--input", str(TS_TEXT), "--out", str(out)]
+    assert CliRunner().invoke(cli, canonical).exit_code == 0
+    again = CliRunner().invoke(cli, canonical)
+    assert again.exit_code == 0 and "up to date" in again.output
+    before = (out / "tiny_shakespeare_train.bin").read_bytes()
+    other = tmp_path / "other.txt"
+    other.write_text(TS_TEXT.read_text().replace("Citizen", "Townsman"))
+    refused = CliRunner().invoke(cli, ["prepro", "tinyshakespeare", "--input", str(other), "--out", str(out)])
+    lines = refused.output.strip().splitlines()
+    assert refused.exit_code == 1 and lines[-1].startswith("error:") and "--force" in lines[-1], refused.output
+    assert (out / "tiny_shakespeare_train.bin").read_bytes() == before
+    forced = CliRunner().invoke(cli, ["prepro", "tinyshakespeare", "--input", str(other), "--out", str(out), "--force"])
+    assert forced.exit_code == 0 and (out / "tiny_shakespeare_train.bin").read_bytes() != before
 
 
 @needs_shakespeare

@@ -66,3 +66,183 @@ def test_the_trainer_calls_each_family_at_the_shapes_promote_checks():
     assert {"B": 4, "T": 1024, "C": 768, "OC": 50304} in sizes["matmul_forward"]  # the lm head
     assert sizes["attention_forward"] == [{"B": 4, "T": 1024, "NH": 12, "HS": 64}]
     assert sizes["adamw"] == [{"N": 124_475_904}]
+
+
+# -- optimizer steps: accumulation, weight decay, clipping, ranks, ZeRO-1 -----------------------------------
+from references.adamw import clip_factor  # noqa: E402
+from train.backends import COLLECTIVES  # noqa: E402
+from train.model import AllGather, AllReduce, Join, Reduce  # noqa: E402
+from train.params import MATRICES, layout  # noqa: E402
+
+MICRO = preset("micro")
+HP = (1e-2, 0.9, 0.999, 1e-8, 0.1, 1)
+
+
+def backend_for(program, params):
+    backend = ReferenceBackend(program)
+    backend.host["params"][:params.size] = params
+    backend.host["optimizer_scalars"][:] = HP
+    if "optimizer_scalars_no_decay" in backend.host:
+        backend.host["optimizer_scalars_no_decay"][:] = (*HP[:4], 0.0, HP[5])
+    return backend
+
+
+def collective(backends, items) -> None:
+    """What NCCL does across the ranks, on the ranks' host buffers."""
+    first = items[0]
+    assert all(type(i) is type(first) for i in items)
+    if isinstance(first, Reduce):
+        for piece, root in first.pieces:
+            total = sum(b.view(piece) for b in backends)
+            for b in backends if root is None else [backends[root]]:
+                b.view(piece)[:] = total
+    elif isinstance(first, AllReduce):
+        total = sum(b.view(first.ref) for b in backends)
+        for b in backends:
+            b.view(first.ref)[:] = total
+    elif isinstance(first, AllGather):
+        S = first.shard
+        for r, src in enumerate(backends):
+            for b in backends:
+                b.host[first.buffer][r * S:(r + 1) * S] = src.host[first.buffer][r * S:(r + 1) * S]
+
+
+def run_ranks(backends, lists) -> None:
+    """Each rank's list up to its next collective, then the collective across the ranks."""
+    its = [iter(items) for items in lists]
+    while True:
+        met = []
+        for b, it in zip(backends, its):
+            for item in it:
+                if isinstance(item, COLLECTIVES):
+                    met.append(item)
+                    break
+                b.run([item])
+        if not met:
+            return
+        assert len(met) == len(backends), "the ranks' programs meet different collectives"
+        collective(backends, met)
+
+
+def one_optimizer_step(B, T, tokens, targets, params, world=1, micro_steps=1, zero=0, **kw):
+    """Every rank's micro-steps on its windows (window = (micro * world + rank)), then the update."""
+    programs = [Program(MICRO, B, T, micro_steps=micro_steps, world=world, rank=r, zero=zero, **kw) for r in range(world)]
+    backends = [backend_for(p, params) for p in programs]
+    lists = [[] for _ in programs]
+    for r, (p, b) in enumerate(zip(programs, backends)):
+        b.run(p.zero_grads)
+    for k in range(micro_steps):
+        last = k == micro_steps - 1
+        for r, (p, b) in enumerate(zip(programs, backends)):
+            i = k * world + r
+            b.host["tokens"][:] = tokens[i * B:(i + 1) * B].ravel()
+            b.host["targets"][:] = targets[i * B:(i + 1) * B].ravel()
+            lists[r] = p.forward + p.loss + (p.reduced_backward if last and world > 1 else p.backward) + (p.update if last else [])
+        run_ranks(backends, lists)
+    return programs, backends
+
+
+def batch(n, T=8, seed=3):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, MICRO.vocab_size, (n, T)), rng.integers(0, MICRO.vocab_size, (n, T))
+
+
+def test_the_classifier_folds_micro_steps_and_ranks_into_dloss():
+    (call,) = Program(MICRO, 2, 8, micro_steps=4, world=3).loss
+    assert call.params["dloss"] == 1.0 / (2 * 8 * 4 * 3)
+    assert Program(MICRO, 2, 8).loss[0].params["dloss"] == 1.0 / (2 * 8)
+
+
+def test_zero_grads_is_its_own_list_and_the_backward_only_accumulates():
+    p = Program(MICRO, 2, 8)
+    assert [z.ref.buffer for z in p.zero_grads] == ["grads"]
+    assert not any(getattr(s, "ref", None) and s.ref.buffer == "grads" for s in p.backward)
+
+
+def test_two_micro_steps_of_b_equal_one_step_of_2b():
+    params = fresh_init(MICRO, 0) + np.random.default_rng(1).normal(0, 0.05, layout(MICRO).total)
+    tokens, targets = batch(4)
+    (pa,), (a,) = one_optimizer_step(2, 8, tokens, targets, params, micro_steps=2)
+    (pb,), (b,) = one_optimizer_step(4, 8, tokens, targets, params)
+    P = pa.num_params
+    np.testing.assert_allclose(a.host["grads"], b.host["grads"], rtol=1e-12, atol=1e-16)
+    np.testing.assert_allclose(a.host["norm2"], b.host["norm2"], rtol=1e-12)
+    # AdamW's m / sqrt(v) divides rounding-level gradient differences by tiny gradients
+    np.testing.assert_allclose(a.host["params"][:P], b.host["params"][:P], rtol=1e-9, atol=1e-13)
+    assert not np.allclose(a.host["params"][:P], params)
+
+
+def test_weight_decay_applies_to_the_2d_weights_only():
+    params = fresh_init(MICRO, 0) + np.random.default_rng(2).normal(0, 0.05, layout(MICRO).total)
+    tokens, targets = batch(2)
+    program = Program(MICRO, 2, 8, weight_decay=True)
+    backend = backend_for(program, params)
+    backend.host["tokens"][:], backend.host["targets"][:] = tokens.ravel(), targets.ravel()
+    backend.run(program.zero_grads + program.forward + program.loss + program.backward)
+    grads = backend.host["grads"].copy()
+    backend.run(program.update)
+    norm2 = np.array([grads @ grads])
+    for t in layout(MICRO):
+        hp = np.array(HP) if t.name in MATRICES else np.array((*HP[:4], 0.0, HP[5]))
+        want = adamw(params[t.offset:t.end], grads[t.offset:t.end], 0, 0, hp, norm2, 1.0)["params"]
+        np.testing.assert_allclose(backend.host["params"][t.offset:t.end], want, rtol=1e-12, atol=1e-15, err_msg=t.name)
+    assert len(program.update_runs()) == 10 and len(Program(MICRO, 2, 8).update_runs()) == 1
+
+
+def test_grad_clip_zero_clips_nothing_and_skips_the_norm():
+    program = Program(MICRO, 2, 8, grad_clip=0)
+    assert "global_norm" not in {c.family for c in program.calls}
+    assert program.update[0].params["max_norm"] == float("inf") and clip_factor(1e12, float("inf")) == 1.0
+
+
+@pytest.mark.parametrize("world, micro_steps, zero", [(3, 1, 0), (3, 1, 1), (2, 2, 0), (2, 2, 1), (1, 1, 1)])
+def test_a_step_over_ranks_equals_one_step_of_their_whole_batch(world, micro_steps, zero):
+    """The collectives as NCCL would run them, on host buffers: ZeRO-1's shards, owner reductions,
+    summed norm and gathered parameters give the single-process step of world*micro_steps*B."""
+    params = fresh_init(MICRO, 0) + np.random.default_rng(4).normal(0, 0.05, layout(MICRO).total)
+    n = world * micro_steps
+    tokens, targets = batch(n)
+    programs, backends = one_optimizer_step(1, 8, tokens, targets, params, world, micro_steps, zero, weight_decay=True)
+    (single,), (one,) = one_optimizer_step(n, 8, tokens, targets, params, weight_decay=True)
+    P = single.num_params
+    for b in backends:
+        np.testing.assert_allclose(b.host["params"][:P], one.host["params"][:P], rtol=1e-9, atol=1e-13)
+    if zero:
+        assert all(b.host["m"].size == programs[0].shard_elems for b in backends)
+        assert programs[0].padded_params % (world * 128) == 0
+
+
+def test_gradient_buckets_cover_every_parameter_once_after_its_last_writer():
+    for zero, world in ((0, 1), (1, 3)):
+        p = Program(preset("tiny"), 2, 8, zero=zero, world=world, bucket_elems=5_000)
+        covered = np.zeros(p.num_params, dtype=int)
+        backward = p.reduced_backward
+        assert isinstance(backward[-1], Join) and [s for s in backward if not isinstance(s, COLLECTIVES)] == p.backward
+        written_at = {}
+        for i, step in enumerate(backward):
+            if isinstance(step, Reduce):
+                for piece, root in step.pieces:
+                    covered[piece.offset:piece.offset + piece.elems] += 1
+                    if zero:
+                        assert root == piece.offset // p.shard_elems == (piece.offset + piece.elems - 1) // p.shard_elems
+                    assert all(written_at.get(j, -1) < i for j in range(piece.offset, piece.offset + piece.elems, 97))
+            elif not isinstance(step, COLLECTIVES) and hasattr(step, "args"):
+                for ref in step.args.values():
+                    if ref.buffer == "grads":
+                        for j in range(ref.offset, ref.offset + ref.elems, 97):
+                            written_at[j] = i
+        assert (covered == 1).all()
+        assert sum(isinstance(s, Reduce) for s in backward) > 2  # the backward is split into buckets
+
+
+def test_zero_1_shards_the_moments_and_the_update():
+    P = layout(preset("tiny")).total
+    covered = np.zeros(P, dtype=int)
+    for rank in range(3):
+        p = Program(preset("tiny"), 2, 8, zero=1, world=3, rank=rank, weight_decay=True)
+        assert p.buffers["m"].elems == p.shard_elems == p.padded_params // 3 and p.shard_elems % 128 == 0
+        for start, end, _ in p.update_runs():
+            assert p.shard[0] <= start < end <= p.shard[1]
+            covered[start:end] += 1
+        assert isinstance(p.update[1], AllReduce) and isinstance(p.update[-1], AllGather)
+    assert (covered == 1).all()

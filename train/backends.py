@@ -6,6 +6,10 @@ allocates the program's buffers, compiles each promoted version once and builds 
 per call through workbench/launch.py, the same launch description the workbench checks and times:
 there is no second copy of launch logic. `ReferenceBackend` runs the same calls with the families'
 NumPy references on host arrays, so the program's wiring is testable without a GPU.
+
+The program's collectives (model.py: Reduce, Join, AllReduce, AllGather) go to the `comm` a
+KernelBackend is given (train/distributed.py's NCCL communicator); without one, in a single
+process, they are nothing to do, and a program for several ranks is refused.
 """
 
 from __future__ import annotations
@@ -16,21 +20,36 @@ from typing import Any
 
 import numpy as np
 
+from workbench.errors import WorkbenchError
 from workbench.family import Family, Project, Version, load_version
-from workbench.promote import MANIFEST, PromoteError, read_manifest, sha256
+from workbench.promote import DETERMINISTIC, MANIFEST, PromoteError, entry_key, read_manifest, sha256
 
 from .errors import TrainError
-from .model import Call, Program, Slice, Zero
+from .model import AllGather, AllReduce, Call, Join, Program, Reduce, Slice, Zero, promotion_sizes
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+COLLECTIVES = (Reduce, Join, AllReduce, AllGather)
+
+# Families whose versions promoted before the manifest recorded "deterministic" add floats with
+# atomicAdd (their bits vary from run to run): an entry of these without the field counts as not
+# deterministic; any other family's counts as deterministic.
+ATOMIC_FAMILIES = ("attention_backward", "encoder_backward", "global_norm", "matmul_backward_bias",
+                   "relu_attention_backward")
+
+
+def is_deterministic(entry: dict) -> bool:
+    return bool(entry.get("deterministic", entry["family"] not in ATOMIC_FAMILIES))
 
 
 class PromotedSet:
-    """The trainer's kernel set: one frozen version (and block size) per family."""
+    """The trainer's kernel set: one frozen version (and block size) per family. With
+    deterministic=True a family whose promoted version uses float atomics is served by its
+    promoted deterministic stand-in (the "family@deterministic" entry) instead."""
 
-    def __init__(self, project: Project | None = None, directory: Path | None = None):
+    def __init__(self, project: Project | None = None, directory: Path | None = None, deterministic: bool = False):
         self.project = project or Project()
         self.dir = Path(directory or KERNELS_DIR)
+        self.deterministic = deterministic
         path = self.dir / MANIFEST
         if not path.exists():
             raise TrainError(f"{path} is missing: promote kernels first (workbench promote --best RESULTS.json)")
@@ -44,7 +63,31 @@ class PromotedSet:
         if family not in self.manifest:
             raise TrainError(f"the trainer needs {family}, but no version of it is promoted "
                              f"(workbench promote {family} VERSION)")
-        return self.manifest[family]
+        main = self.manifest[family]
+        if not self.deterministic or is_deterministic(main):
+            return main
+        stand_in = self.manifest.get(entry_key(family, variant=DETERMINISTIC))
+        if stand_in is None:
+            raise TrainError(f"--deterministic: the promoted {family} (version {main['version']}) adds floats with "
+                             f"atomics in any order and no deterministic stand-in is promoted: run `workbench promote "
+                             f"{family} {self._deterministic_candidate(family)} --deterministic`")
+        return stand_in
+
+    def _deterministic_candidate(self, family: str) -> str:
+        """The highest fp32 version that can serve the trainer's shapes and whose header does not
+        say its float atomics make it nondeterministic (once any header says so)."""
+        try:
+            fam = self.project.family(family)
+            versions = [v for v in fam.versions if v.precision == "fp32"]
+            sizes = promotion_sizes(family, fam.sizes)
+        except WorkbenchError:
+            return "VERSION"
+        good = [v.number for v in versions if v.deterministic and not any(v.unmet(s) for s in sizes)]
+        return str(good[-1]) if good and any(not v.deterministic for v in versions) else "VERSION"
+
+    def stand_ins(self, families) -> dict[str, dict]:
+        """family -> the @deterministic entry that serves it in place of its promoted version."""
+        return {f: self.entry(f) for f in families if self.entry(f) is not self.manifest.get(f)}
 
     def version(self, family: str) -> Version:
         if family not in self._versions:
@@ -113,6 +156,9 @@ class ReferenceBackend:
             if isinstance(call, Zero):
                 self.view(call.ref)[:] = 0
                 continue
+            if isinstance(call, COLLECTIVES):
+                single_process(self.program, call)
+                continue
             family = self.project.family(call.family)
             sizes = _family_sizes(family, call)
             check_wiring(family, call, sizes, self.dtypes)
@@ -134,6 +180,12 @@ def _with_params(family: Family, params: dict[str, Any]) -> Family:
     return f
 
 
+def single_process(program: Program, collective) -> None:
+    """A collective without a communicator: over one rank it changes nothing."""
+    if program.world > 1:
+        raise TrainError(f"{collective.label}: the program spans {program.world} ranks but no communicator was given")
+
+
 @dataclass
 class PlannedCall:
     label: str
@@ -144,7 +196,7 @@ class PlannedCall:
 class KernelBackend:
     """The program's buffers on the device and a launch plan per call, from the promoted set."""
 
-    def __init__(self, program: Program, promoted: PromotedSet):
+    def __init__(self, program: Program, promoted: PromotedSet, comm=None):
         import pycuda.driver as drv
         from workbench import compile as wb_compile
         from workbench.launch import DeviceBuffer, build_plan, scratch_sizes
@@ -152,6 +204,8 @@ class KernelBackend:
         self.drv = drv
         self.program = program
         self.promoted = promoted
+        self.comm = comm
+        self._collectives: dict[int, PlannedCall] = {}
         project = promoted.project
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
         self.allocs = {}
@@ -201,9 +255,22 @@ class KernelBackend:
             if isinstance(call, Zero):
                 ptr, n = self.ptr(call.ref), call.ref.elems
                 out.append(PlannedCall(call.label, None, lambda s, ptr=ptr, n=n: self.drv.memset_d32_async(ptr, 0, n, s)))
+            elif isinstance(call, COLLECTIVES):
+                out.append(self._collective(call))
             else:
                 out.append(self.plans[id(call)])
         return out
+
+    def _collective(self, item) -> PlannedCall:
+        """Planned once per item (the communicator's events are made then), replayed after."""
+        if id(item) not in self._collectives:
+            if self.comm is None:
+                single_process(self.program, item)
+                run = lambda s: None  # noqa: E731
+            else:
+                run = self.comm.plan(item, self.ptr, self.dtypes)
+            self._collectives[id(item)] = PlannedCall(item.label, None, run)
+        return self._collectives[id(item)]
 
     def run(self, calls, stream) -> None:
         for step in self.steps(calls):

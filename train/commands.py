@@ -8,10 +8,12 @@ work, each failure one line naming the option.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -21,6 +23,8 @@ from workbench.errors import NoGPU, WorkbenchError
 from workbench.isolate import DEFAULT_TIMEOUT
 
 from .backends import KERNELS_DIR
+from .errors import OptionError
+from .schedule import SCHEDULES
 
 
 def _trainer_sizes(family) -> list[dict[str, int]]:
@@ -37,8 +41,11 @@ def _trainer_sizes(family) -> list[dict[str, int]]:
               help="Promote every family's fastest passing version from this bench result (JSON).")
 @click.option("--timeout", default=DEFAULT_TIMEOUT * 3, show_default=True, type=click.FloatRange(min=1),
               help="Seconds per version check.")
+@click.option("--deterministic", is_flag=True,
+              help="Promote as the family's deterministic stand-in (FAMILY@deterministic), which `train "
+                   "--deterministic` uses where the promoted version adds floats with atomics.")
 @click.pass_obj
-def promote(project, family, version, block_size, results, timeout):
+def promote(project, family, version, block_size, results, timeout, deterministic):
     """Re-check a version at the trainer's shapes and test sizes, then freeze it (with its best
     block size) into train/kernels/ for `workbench train`.
 
@@ -46,12 +53,14 @@ def promote(project, family, version, block_size, results, timeout):
     workbench promote layernorm_forward 6            time every block size, keep the best
     workbench promote layernorm_forward 6 --block-size 256
     workbench promote --best results.json            each family's winner from a bench
+    workbench promote encoder_backward 3 --deterministic   the stand-in for train --deterministic
     """
     from workbench import promote as pm
     from workbench.bench import Options, Session, require_pycuda
     from workbench.results import load
 
     from .model import PROMOTION_SHAPES
+    variant = pm.DETERMINISTIC if deterministic else None
     if results:
         if family or version:
             raise WorkbenchError("give FAMILY VERSION, or --best RESULTS.json, not both")
@@ -78,14 +87,15 @@ def promote(project, family, version, block_size, results, timeout):
         for (fam_name, precision), candidates in wanted.items():
             try:
                 done = pm.promote_best(session, candidates, _trainer_sizes(project.family(fam_name)),
-                                       KERNELS_DIR, PROMOTION_SHAPES)
+                                       KERNELS_DIR, PROMOTION_SHAPES, variant)
             except pm.PromoteError as e:
                 failures += 1
                 err_console.print(f"[bold red]not promoted:[/] {escape(str(e))}")
                 continue
             e, prev = done.entry, done.previous
             was = f"was {prev['version']} at block {prev['block_size']}" if prev else "new"
-            console.print(f"[green]promoted[/] {fam_name} {e['version']} ({escape(e['title'])}, {precision}) at block "
+            console.print(f"[green]promoted[/] {pm.entry_key(fam_name, precision, variant)} {e['version']} "
+                          f"({escape(e['title'])}, {precision}) at block "
                           f"size {e['block_size']}: {report.fmt_us(e['median_us'])} at {e['timed_at']} [dim]({was})[/]")
     if failures:
         sys.exit(1)
@@ -103,43 +113,117 @@ def promoted():
 
 
 # -- train ----------------------------------------------------------------------------------------
-@click.command()
+class Finite(click.FloatRange):
+    """A float in range that is also finite: nan and inf are refused (a range check lets nan by)."""
+
+    name = "finite float"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class StepCount(click.ParamType):
+    name = "steps"
+
+    def convert(self, value, param, ctx):
+        n = click.INT.convert(value, param, ctx)
+        if n != -1 and n < 1:
+            self.fail(f"{n} is not >= 1 (or -1, one epoch)", param, ctx)
+        return n
+
+
+class OneLineErrors(click.Command):
+    """A bad option is one line naming it (as the workbench prints every error), not click's usage
+    block: the group prints this OptionError and exits with status 2."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise OptionError(e.format_message()) from None
+
+
+SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
+
+
+@click.command(cls=OneLineErrors)
 @click.option("-i", "--train-tokens", default="data/tiny_shakespeare_train.bin", show_default=True, help="Training token file.")
 @click.option("-j", "--val-tokens", default="data/tiny_shakespeare_val.bin", show_default=True, help="Validation token file.")
-@click.option("-o", "--log", help="Log file: step, train loss, val loss (llm.c format).")
-@click.option("-b", "--batch-size", "batch", default=4, show_default=True, help="Batch size B.")
-@click.option("-t", "--seq-len", "seq", default=1024, show_default=True, help="Sequence length T.")
-@click.option("-l", "--lr", default=3e-4, show_default=True, help="Learning rate.")
-@click.option("-v", "--val-every", default=20, show_default=True, help="Validation loss every N steps (0: never).")
-@click.option("-m", "--val-batches", default=20, show_default=True, help="Validation batches (capped by the file).")
-@click.option("-s", "--sample-every", default=20, show_default=True, help="Sample every N steps (0: never).")
-@click.option("-g", "--gen-tokens", default=64, show_default=True, help="Tokens to generate per sample.")
+@click.option("-o", "--log", help="Log file: step, train loss, val loss (llm.c format; appended to on --resume).")
+@click.option("-b", "--batch-size", "batch", type=SIZE, default=4, show_default=True, help="Batch size B (per GPU, per micro-step).")
+@click.option("-t", "--seq-len", "seq", type=SIZE, default=1024, show_default=True, help="Sequence length T.")
+@click.option("-l", "--lr", type=Finite(min=0), default=3e-4, show_default=True, help="Peak learning rate.")
+@click.option("-v", "--val-every", type=COUNT, default=20, show_default=True, help="Validation loss every N steps (0: never).")
+@click.option("-m", "--val-batches", type=SIZE, default=20, show_default=True, help="Validation batches (capped by the file).")
+@click.option("-s", "--sample-every", type=COUNT, default=20, show_default=True, help="Sample every N steps (0: never).")
+@click.option("-g", "--gen-tokens", type=SIZE, default=64, show_default=True, help="Tokens to generate per sample.")
 @click.option("--init", default="d12", show_default=True, help="Checkpoint (v3 fp32 / v5 bf16) or fresh model: d12, d24, d36, d48, tiny.")
-@click.option("--steps", type=int, help="Optimizer steps (default: one epoch of the training file).")
+@click.option("--steps", type=StepCount(), default=-1, show_default=True,
+              help="Optimizer steps; -1: one epoch of the training file.")
 @click.option("--attention", type=click.Choice(["softmax", "relu"]), default="softmax", show_default=True)
 @click.option("--tf32/--no-tf32", default=True, show_default=True, help="TF32 tensor cores for the matmuls.")
 @click.option("--save", type=click.Path(dir_okay=False), help="Write a v3 checkpoint here at the end (and on Ctrl-C).")
-@click.option("--seed", default=0, show_default=True, help="Seed of a fresh init.")
-@click.option("--warmup", default=0, show_default=True, help="Linear learning-rate warm-up steps.")
-@click.option("--final-lr-frac", default=1.0, show_default=True, help="Cosine-decay the learning rate to this fraction (1: constant).")
-def train(**kw):
-    """Train GPT-2 (fp32) with the promoted kernels, one CUDA graph per step.
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True, help="Seed of a fresh init.")
+@click.option("--lr-schedule", type=click.Choice(SCHEDULES), default="constant", show_default=True,
+              help="cosine / linear: decay to lr * --final-lr-frac at the last step; wsd: constant, then linear "
+                   "decay over the last --decay-frac of the steps. All start with --warmup.")
+@click.option("--warmup", type=COUNT, default=0, show_default=True, help="Linear learning-rate warm-up steps.")
+@click.option("--final-lr-frac", type=Finite(0, 1), default=0.0, show_default=True,
+              help="The decaying schedules end at lr * this.")
+@click.option("--decay-frac", type=Finite(0, 1, min_open=True), default=0.2, show_default=True,
+              help="wsd: the fraction of the steps the decay takes.")
+@click.option("--grad-clip", type=Finite(min=0), default=1.0, show_default=True,
+              help="Clip the gradient to this global norm (0: no clipping).")
+@click.option("--weight-decay", type=Finite(min=0), default=0.0, show_default=True,
+              help="AdamW's decoupled weight decay, on the 2-D weights only (wte, wpe, the four matmul weights).")
+@click.option("--beta1", type=Finite(0, 1, max_open=True), default=0.9, show_default=True)
+@click.option("--beta2", type=Finite(0, 1, max_open=True), default=0.999, show_default=True)
+@click.option("--eps", type=Finite(min=0, min_open=True), default=1e-8, show_default=True)
+@click.option("--total-batch", type=SIZE, help="Tokens per optimizer step: a multiple of B*T*GPUs, reached by "
+                                               "accumulating gradients over micro-steps [default: B*T*GPUs].")
+@click.option("--checkpoint-every", type=COUNT, default=0, show_default=True,
+              help="Write a checkpoint (model + optimizer state) every N steps, and on Ctrl-C (0: never).")
+@click.option("--checkpoint-dir", default="out", show_default=True, type=click.Path(file_okay=False),
+              help="Folder of the checkpoints and of `latest`, their pointer.")
+@click.option("--keep", type=COUNT, default=0, show_default=True, help="Keep only the newest K checkpoints (0: all).")
+@click.option("--resume", metavar="PATH|latest",
+              help="Continue a run from a checkpoint (latest: the newest in --checkpoint-dir; or a folder, or its "
+                   "model_*.bin): same data, learning rates, optimizer state and sampling as without the stop.")
+@click.option("--deterministic", is_flag=True,
+              help="Bit-identical runs: families promoted with float atomics run their promoted deterministic stand-in.")
+@click.option("--zero", type=click.IntRange(0, 1), default=0, show_default=True,
+              help="1: ZeRO-1, each GPU keeps and updates only its shard of the optimizer state.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the run's summary (the losses included) here.")
+@click.option("--comm-timeout", type=Finite(min=1), default=60.0, show_default=True,
+              help="Under mpirun: seconds a rank waits for the others before it stops every rank.")
+def train(json_path, **kw):
+    """Train GPT-2 (fp32) with the promoted kernels, one CUDA graph per step. Under
+    `mpirun -np N` each process drives one GPU.
 
     \b
     workbench prepro tinyshakespeare      once: writes data/tiny_shakespeare_{train,val}.bin
     workbench train                       GPT-2 124M from scratch, B=4, T=1024, one epoch
     workbench train -b 8 --steps 50 --save out/model.bin
+    workbench train --steps 5000 --checkpoint-every 500 --keep 2     then, after a stop: --resume latest
+    mpirun -np 8 workbench train -b 16 --total-batch 524288 --zero 1
     """
-    from .trainer import TrainOptions, train as run_training
+    from .distributed import connect, launch_from_env
+    from .options import TrainOptions, prepare
+    from .trainer import SilentUI, train as run_training
+    ctx = click.get_current_context()
+    given = {ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT}
+    explicit = frozenset(name for name in kw if ctx.get_parameter_source(name) in given)
+    launch = launch_from_env()
+    run = prepare(TrainOptions(**kw, json=json_path, explicit=explicit), launch)  # every check, before any GPU work
     if importlib.util.find_spec("pycuda") is None:
         raise NoGPU("PyCUDA is not installed. On a machine with a CUDA GPU and toolkit: pip install -e '.[gpu]' "
                     "(or use Modal: modal run modal_app.py --command \"train\")")
-    for name in ("train_tokens", "val_tokens"):
-        if not Path(kw[name]).exists():
-            raise WorkbenchError(f"{kw[name]} does not exist: run `workbench prepro tinyshakespeare` first, "
-                                 f"or pass {'-i' if name == 'train_tokens' else '-j'}")
-    opts = TrainOptions(**kw)
-    summary = run_training(opts, report.TrainUI(console))
+    dist = connect(launch, run.opts.comm_timeout)
+    summary = run_training(run, report.TrainUI(console) if dist.is_root else SilentUI(), dist)
+    dist.close()
     if summary.get("stopped") and not summary["stopped"].startswith("interrupted"):
         sys.exit(1)
 
@@ -155,11 +239,14 @@ def prepro():
               help="Tokenize this local copy instead of downloading the text.")
 @click.option("--out", "out_dir", default="data", show_default=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the text and the .bin files.")
-def prepro_tinyshakespeare_cmd(input_path, out_dir):
+@click.option("--force", is_flag=True, help="Replace data files that hold something else (e.g. another --input).")
+def prepro_tinyshakespeare_cmd(input_path, out_dir, force):
     """Download tiny Shakespeare (sha256 checked) and tokenize it with GPT-2's BPE into
     tiny_shakespeare_val.bin (32,768 tokens), tiny_shakespeare_train.bin (305,260) and
     gpt2_tokenizer.bin."""
     from . import prepro as pp
+    from .options import writable_folder
+    writable_folder(out_dir, "--out", create=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   console=err_console, transient=True) as progress:
         task = None
@@ -169,7 +256,7 @@ def prepro_tinyshakespeare_cmd(input_path, out_dir):
             if task is None:
                 task = progress.add_task("downloading tiny Shakespeare", total=total)
             progress.update(task, completed=done, total=total)
-        written = pp.prepro_tinyshakespeare(out_dir, input_path, on_progress)
+        written = pp.prepro_tinyshakespeare(out_dir, input_path, on_progress, force)
     for note in written.notes:
         err_console.print(f"[yellow]{escape(note)}[/]")
     console.print(report.written_table(written.files))
@@ -182,13 +269,18 @@ def prepro_tinyshakespeare_cmd(input_path, out_dir):
               help="Hugging Face model id (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a local folder.")
 @click.option("--tokens", "tokens_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Token file whose first batch makes the debug state [default: OUT/tiny_shakespeare_val.bin].")
-def prepro_gpt2_cmd(out_dir, model_name, tokens_path):
+@click.option("--force", is_flag=True, help="Replace output files that hold something else.")
+def prepro_gpt2_cmd(out_dir, model_name, tokens_path, force):
     """Export GPT-2's weights (needs the hf extra: transformers, torch): gpt2_124M.bin (v3 fp32),
     gpt2_124M_bf16.bin (v5), gpt2_tokenizer.bin and gpt2_124M_debug_state.bin (B=4, T=64: logits,
     loss and every gradient by PyTorch)."""
     from . import prepro as pp
+    from .options import writable_folder
+    writable_folder(out_dir, "--out", create=False)
     with err_console.status(f"exporting {escape(model_name)} and computing its debug state"):
-        written = pp.prepro_gpt2(out_dir, model_name, tokens_path)
+        written = pp.prepro_gpt2(out_dir, model_name, tokens_path, force=force)
+    for note in written.notes:
+        err_console.print(f"[yellow]{escape(note)}[/]")
     console.print(report.written_table(written.files))
 
 

@@ -1,14 +1,34 @@
 """The llm.c file formats: model checkpoints (v3 fp32, v5 bf16), token data, the tokenizer and the
-debug state. Little-endian throughout; every file opens with a 256 x int32 header.
+debug state; and our own trainer state file (optimizer state, data position, RNG), which llm.c's
+readers never see. Little-endian throughout; every file opens with a 256 x int32 header.
 
 Readers check everything they can (magic, version, header sanity, exact file size) and fail with
 one TrainError line naming the file, what was expected and what was found. Writers check their
 arguments before touching the disk, write to a temporary file beside the target and os.replace it
-in, so an interrupted save leaves the old file (or none), never half of a new one.
+in, so an interrupted save leaves the old file (or none), never half of a new one. Each writer is
+a `*_parts` function (check, then the bytes to write) and atomic_write, so `prepro` can compare
+what it would write with what is on disk before replacing anything.
+
+Trainer state file (ours: magic 20261122, version 1; `workbench train --checkpoint-every`, one per
+rank beside the llm.c model checkpoint of the same step). Header int32 slots:
+
+    0 magic 20261122        5 ZeRO stage              10 seed
+    1 version 1             6 micro-steps per step    11 parameters (unpadded)
+    2 step (completed)      7 B                       12 shard offset: m[0] is parameter number ...
+    3 world size            8 T                       13 n: elements of m and of v in this file
+    4 rank                  9 total batch (tokens)    14 bytes of the JSON part
+
+then m (n float32), v (n float32), then the JSON part (UTF-8): {"data": this rank's next data
+window, "rng": RNG states (numpy bit_generator.state), "schedule": the learning-rate schedule,
+"options": the settings a resume keeps: B, T, total batch, ZeRO stage, attention, TF32, the
+optimizer's (lr, betas, eps, weight decay, grad clip), the schedule's, seed, steps}. With
+ZeRO-1 each rank's file holds its own shard of m and v; without it the ranks' m and v are equal,
+so rank 0's file holds them and the others have n = 0. File size: 1024 + 8 n + JSON bytes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -28,18 +48,21 @@ MODEL_MAGIC = 20240326
 DEBUG_MAGIC = 20240327
 TOKENIZER_MAGIC = 20240328
 TOKENS_MAGIC = 20240520
+STATE_MAGIC = 20261122  # ours: not llm.c's 20240527 (its state file has another layout)
 
 MODEL_FP32 = 3
 MODEL_BF16 = 5
 DEBUG_VERSION = 2
 TOKENIZER_VERSION = 2
 TOKENS_VERSION = 1
+STATE_VERSION = 1
 
 KNOWN_MAGICS = {
     MODEL_MAGIC: "a model checkpoint",
     DEBUG_MAGIC: "a debug state",
     TOKENIZER_MAGIC: "a tokenizer",
     TOKENS_MAGIC: "a token file",
+    STATE_MAGIC: "a workbench trainer state",
 }
 
 
@@ -87,32 +110,54 @@ def _header(*values: int) -> np.ndarray:
 def atomic_write(path: str | os.PathLike, parts: Iterable[bytes | np.ndarray]) -> Path:
     """Write `parts` (bytes, or arrays written in their own dtype) to `path` through a temporary
     file in the same folder and os.replace, so `path` is either the old file or the complete new
-    one. The folder must exist."""
+    one. The folder must exist; a failing disk (full, read-only, no permission) is one TrainError."""
     path = Path(path)
     folder = path.parent
     if not folder.is_dir():
         raise TrainError(f"{path}: cannot write: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             for part in parts:
-                if isinstance(part, np.ndarray):
-                    f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
-                else:
-                    f.write(part)
+                f.write(_part_bytes(part))
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise TrainError(f"{path}: cannot write ({e.strerror or e})") from None
         raise
     return path
+
+
+def _part_bytes(part) -> memoryview:
+    if isinstance(part, np.ndarray):
+        return memoryview(np.ascontiguousarray(part)).cast("B")
+    return memoryview(part)
+
+
+def same_content(path: str | os.PathLike, parts: Iterable[bytes | np.ndarray]) -> bool:
+    """Whether the file at `path` holds exactly the bytes `parts` would write."""
+    path = Path(path)
+    parts = [_part_bytes(p) for p in parts]
+    try:
+        if path.stat().st_size != sum(len(p) for p in parts):
+            return False
+        with open(path, "rb") as f:
+            for part in parts:
+                for start in range(0, len(part), 1 << 24):
+                    chunk = part[start:start + (1 << 24)]
+                    if f.read(len(chunk)) != chunk:
+                        return False
+    except OSError:
+        return False
+    return True
 
 
 # -- bf16 -----------------------------------------------------------------------------------------
@@ -175,6 +220,11 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[GPT2Config, np.ndarray]:
 def write_checkpoint(path: str | os.PathLike, config: GPT2Config, params: np.ndarray,
                      version: int = MODEL_FP32) -> Path:
     """Save a flat parameter buffer as a v3 (fp32, the default) or v5 (bf16) checkpoint."""
+    return atomic_write(path, checkpoint_parts(path, config, params, version))
+
+
+def checkpoint_parts(path: str | os.PathLike, config: GPT2Config, params: np.ndarray,
+                     version: int = MODEL_FP32) -> list:
     path = Path(path)
     if version not in (MODEL_FP32, MODEL_BF16):
         raise TrainError(f"{path}: cannot write checkpoint version {version} (only {MODEL_FP32} and {MODEL_BF16})")
@@ -186,12 +236,12 @@ def write_checkpoint(path: str | os.PathLike, config: GPT2Config, params: np.nda
     header = _header(MODEL_MAGIC, version, config.max_seq_len, config.vocab_size, config.num_layers,
                      config.num_heads, config.channels, config.padded_vocab_size)
     body = params.astype("<f4", copy=False) if version == MODEL_FP32 else fp32_to_bf16(params).astype("<u2", copy=False)
-    return atomic_write(path, [header, body])
+    return [header, body]
 
 
 # -- token data -----------------------------------------------------------------------------------
-def read_tokens(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
-    """A token file -> its uint16 tokens (memory-mapped, read-only, when mmap=True)."""
+def token_count(path: str | os.PathLike) -> int:
+    """The number of tokens a token file holds, from its header (version and file size checked)."""
     path = Path(path)
     header, size = _read_header(path, TOKENS_MAGIC, "a token file")
     version = int(header[1])
@@ -203,12 +253,23 @@ def read_tokens(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
     if ntok < 0:
         raise TrainError(f"{path}: header says {ntok} tokens")
     _check_size(path, "a token file", HEADER_BYTES + 2 * ntok, size, f"{ntok:,} tokens")
+    return ntok
+
+
+def read_tokens(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
+    """A token file -> its uint16 tokens (memory-mapped, read-only, when mmap=True)."""
+    path = Path(path)
+    ntok = token_count(path)
     if mmap:
         return np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(ntok,))
     return np.fromfile(path, dtype="<u2", count=ntok, offset=HEADER_BYTES).astype(np.uint16, copy=False)
 
 
 def write_tokens(path: str | os.PathLike, tokens) -> Path:
+    return atomic_write(path, tokens_parts(path, tokens))
+
+
+def tokens_parts(path: str | os.PathLike, tokens) -> list:
     path = Path(path)
     tokens = np.asarray(tokens)
     if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
@@ -218,7 +279,7 @@ def write_tokens(path: str | os.PathLike, tokens) -> Path:
                          f"[{tokens.min()}, {tokens.max()}]")
     if tokens.size > np.iinfo(np.int32).max:
         raise TrainError(f"{path}: not written: {tokens.size} tokens do not fit the header's int32 count")
-    return atomic_write(path, [_header(TOKENS_MAGIC, TOKENS_VERSION, tokens.size), tokens.astype("<u2")])
+    return [_header(TOKENS_MAGIC, TOKENS_VERSION, tokens.size), tokens.astype("<u2")]
 
 
 # -- tokenizer ------------------------------------------------------------------------------------
@@ -251,6 +312,10 @@ class Tokenizer:
 
 
 def write_tokenizer(path: str | os.PathLike, tokens: list[bytes], eot: int) -> Path:
+    return atomic_write(path, tokenizer_parts(path, tokens, eot))
+
+
+def tokenizer_parts(path: str | os.PathLike, tokens: list[bytes], eot: int) -> list:
     path = Path(path)
     for i, t in enumerate(tokens):
         if not isinstance(t, (bytes, bytearray)) or not 1 <= len(t) <= 255:
@@ -258,7 +323,7 @@ def write_tokenizer(path: str | os.PathLike, tokens: list[bytes], eot: int) -> P
     if not 0 <= eot < len(tokens):
         raise TrainError(f"{path}: not written: eot {eot} is outside the vocabulary of {len(tokens)}")
     body = b"".join(bytes([len(t)]) + bytes(t) for t in tokens)
-    return atomic_write(path, [_header(TOKENIZER_MAGIC, TOKENIZER_VERSION, len(tokens), eot), body])
+    return [_header(TOKENIZER_MAGIC, TOKENIZER_VERSION, len(tokens), eot), body]
 
 
 def read_tokenizer(path: str | os.PathLike) -> Tokenizer:
@@ -311,6 +376,10 @@ class DebugState:
 def write_debug_state(path: str | os.PathLike, config: GPT2Config, inputs, targets, logits, loss,
                       grads) -> Path:
     """Logits may be (B,T,V) or (B,T,Vp); the file stores the first V columns."""
+    return atomic_write(path, debug_state_parts(path, config, inputs, targets, logits, loss, grads))
+
+
+def debug_state_parts(path: str | os.PathLike, config: GPT2Config, inputs, targets, logits, loss, grads) -> list:
     path = Path(path)
     inputs, targets = np.asarray(inputs), np.asarray(targets)
     logits, grads = np.asarray(logits), np.asarray(grads)
@@ -325,13 +394,13 @@ def write_debug_state(path: str | os.PathLike, config: GPT2Config, inputs, targe
     if grads.ndim != 1 or grads.size != n:
         raise TrainError(f"{path}: not written: {config.describe()} has {n:,} parameters, the gradient "
                          f"buffer has shape {grads.shape}")
-    return atomic_write(path, [
+    return [
         _header(DEBUG_MAGIC, DEBUG_VERSION, B, T),
         inputs.astype("<i4"), targets.astype("<i4"),
         np.ascontiguousarray(logits[:, :, :V], dtype="<f4"),
         np.asarray([loss], dtype="<f4"),
         grads.astype("<f4", copy=False),
-    ])
+    ]
 
 
 def read_debug_state(path: str | os.PathLike, config: GPT2Config) -> DebugState:
@@ -361,3 +430,67 @@ def read_debug_state(path: str | os.PathLike, config: GPT2Config) -> DebugState:
             raise TrainError(f"{path}: {name} hold token ids outside [0, {V}): found [{a.min()}, {a.max()}]")
     return DebugState(inputs.astype(np.int32), targets.astype(np.int32), logits.astype(np.float32), loss,
                       grads.astype(np.float32))
+
+
+# -- trainer state (ours; the layout is in the module docstring) ----------------------------------
+STATE_FIELDS = ("step", "world", "rank", "zero", "micro_steps", "B", "T", "total_batch", "seed",
+                "num_params", "shard_offset")
+
+
+@dataclass
+class TrainState:
+    """One rank's part of a checkpoint: where the run is, its optimizer moments, the rest as JSON."""
+    step: int
+    world: int
+    rank: int
+    zero: int
+    micro_steps: int
+    B: int
+    T: int
+    total_batch: int
+    seed: int
+    num_params: int
+    shard_offset: int
+    m: np.ndarray
+    v: np.ndarray
+    info: dict
+
+
+def write_state(path: str | os.PathLike, state: TrainState) -> Path:
+    path = Path(path)
+    values = [int(getattr(state, name)) for name in STATE_FIELDS]
+    if any(not 0 <= x < 2**31 for x in values):
+        raise TrainError(f"{path}: not written: a header value does not fit an int32: "
+                         f"{dict(zip(STATE_FIELDS, values))}")
+    m, v = np.asarray(state.m), np.asarray(state.v)
+    if m.ndim != 1 or m.shape != v.shape:
+        raise TrainError(f"{path}: not written: m {m.shape} and v {v.shape} must be equal 1-D arrays")
+    text = json.dumps(state.info, sort_keys=True).encode("utf-8")
+    header = _header(STATE_MAGIC, STATE_VERSION, *values, m.size, len(text))
+    return atomic_write(path, [header, m.astype("<f4", copy=False), v.astype("<f4", copy=False), text])
+
+
+def read_state(path: str | os.PathLike, moments: bool = True) -> TrainState:
+    """A trainer state file; with moments=False m and v are left out (empty), for checks."""
+    path = Path(path)
+    header, size = _read_header(path, STATE_MAGIC, "a workbench trainer state")
+    if int(header[1]) != STATE_VERSION:
+        raise TrainError(f"{path}: expected trainer state version {STATE_VERSION}, found version {int(header[1])}")
+    fields = {name: int(header[2 + i]) for i, name in enumerate(STATE_FIELDS)}
+    n, njson = int(header[2 + len(STATE_FIELDS)]), int(header[3 + len(STATE_FIELDS)])
+    if n < 0 or njson <= 0 or fields["world"] < 1 or not 0 <= fields["rank"] < fields["world"]:
+        raise TrainError(f"{path}: header holds no valid state: n={n} json={njson} world={fields['world']} "
+                         f"rank={fields['rank']}")
+    _check_size(path, "a trainer state", HEADER_BYTES + 8 * n + njson, size, f"{n:,} moments and {njson} JSON bytes")
+    with open(path, "rb") as f:
+        f.seek(HEADER_BYTES + 8 * n)
+        try:
+            info = json.loads(f.read(njson).decode("utf-8"))
+        except ValueError as e:
+            raise TrainError(f"{path}: the JSON part is malformed ({e})") from None
+    if moments:
+        m = np.fromfile(path, dtype="<f4", count=n, offset=HEADER_BYTES).astype(np.float32, copy=False)
+        v = np.fromfile(path, dtype="<f4", count=n, offset=HEADER_BYTES + 4 * n).astype(np.float32, copy=False)
+    else:
+        m = v = np.empty(0, dtype=np.float32)
+    return TrainState(**fields, m=m, v=v, info=info)

@@ -7,17 +7,28 @@ captures them in a CUDA graph); its NumPy twin runs them with the families' refe
 wiring below is tested on a CPU against train/gpt2_numpy.py.
 
 Gradient conventions (the families' contracts): parameter gradients accumulate (+=), so `grads`
-is zeroed at the start of each step; layernorm_backward adds into its dinp, which is how the
-residual stream's gradient `dresidual` collects both branches.
+is zeroed once per optimizer step (`zero_grads`) and gradient accumulation over micro-steps is
+free: the classifier's dloss is 1/(B*T*micro_steps*world), so after the last micro-step (and the
+sum over the ranks) `grads` holds the gradient of the mean loss over the whole optimizer step.
+layernorm_backward adds into its dinp, which is how the residual stream's gradient `dresidual`
+collects both branches.
+
+Many GPUs: `reduced_backward` is the backward with `Reduce` items placed right after the call that
+finishes each bucket of gradient slices (the backward runs from layer L-1 down to 0, so the last
+layers' gradients are final first) and a `Join` at its end; the backend runs a Reduce on a second
+stream while the backward goes on. With ZeRO-1 (`zero=1`) the parameter vector is padded to
+`world` equal shards, each rank keeps m and v for its own shard only, reduces each gradient piece
+to the rank that owns it, updates its shard, and all ranks then gather the parameters.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from .config import GPT2Config
-from .params import layout
+from .params import MATRICES, PER_LAYER, layout
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,59 @@ class Zero:
     label: str = ""
 
 
+@dataclass
+class Reduce:
+    """Sum these gradient slices over the ranks, on the communication stream, once the compute
+    stream has reached this point. Each piece is (slice, root): root None sums onto every rank
+    (all-reduce), a rank number onto that rank only (ZeRO-1: the owner of that part of the shard)."""
+
+    pieces: list[tuple[Slice, int | None]]
+    label: str = ""
+
+
+@dataclass
+class Join:
+    """The compute stream waits here for every Reduce issued before."""
+
+    label: str = "wait for the gradient reductions"
+
+
+@dataclass
+class AllReduce:
+    """Sum a (small) slice over the ranks, in order on the compute stream."""
+
+    ref: Slice
+    label: str = ""
+
+
+@dataclass
+class AllGather:
+    """Each rank's shard of `buffer` (`shard` elements from rank * shard) to every rank, in place."""
+
+    buffer: str
+    shard: int
+    label: str = ""
+
+
+Step = Union[Call, Zero, Reduce, Join, AllReduce, AllGather]
+
+# ZeRO-1 shards start at multiples of this many elements (512 bytes): aligned for float4 kernels
+# and for NCCL's fast paths.
+SHARD_ALIGN = 128
+# A Reduce is issued once this many gradient elements are final (about half a GPT-2 124M layer):
+# large enough that NCCL runs at bandwidth, small enough to overlap most of the backward.
+BUCKET_ELEMS = 1 << 22
+
+
+def shard_geometry(num_params: int, world: int, zero: int) -> tuple[int, int]:
+    """(elements of one rank's optimizer shard, padded length of params and grads). Without ZeRO
+    every rank holds everything: (num_params, num_params)."""
+    if not zero:
+        return num_params, num_params
+    shard = -(-num_params // (world * SHARD_ALIGN)) * SHARD_ALIGN
+    return shard, shard * world
+
+
 @dataclass(frozen=True)
 class BufferDecl:
     name: str
@@ -59,19 +123,39 @@ ATTENTION = {"softmax": ("attention_forward", "attention_backward"),
 
 
 class Program:
-    """The calls of one training step of GPT-2 at (B, T)."""
+    """The calls of one training step of GPT-2 at (B, T): `zero_grads`, then per micro-step
+    `forward`, `loss`, `backward` (`reduced_backward` on the last micro-step of a run on many
+    GPUs), then `update`.
 
-    def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True):
+    micro_steps and world fold the mean over the optimizer step into the classifier's dloss;
+    rank and zero place this rank's optimizer shard; weight_decay (a bool: the rate itself is a
+    device scalar) splits the update so only the 2-D weights decay; grad_clip is AdamW's max_norm
+    (0: no clipping, and no norm computed)."""
+
+    def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
+                 micro_steps: int = 1, world: int = 1, rank: int = 0, zero: int = 0, weight_decay: bool = False,
+                 grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS):
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
+        if not (micro_steps >= 1 and world >= 1 and 0 <= rank < world and zero in (0, 1) and grad_clip >= 0):
+            raise ValueError(f"bad step geometry: micro_steps={micro_steps} world={world} rank={rank} zero={zero} "
+                             f"grad_clip={grad_clip}")
         self.config, self.B, self.T, self.attention, self.tf32 = config, B, T, attention, tf32
+        self.micro_steps, self.world, self.rank, self.zero = micro_steps, world, rank, zero
+        self.weight_decay, self.grad_clip, self.bucket_elems = weight_decay, grad_clip, bucket_elems
         self.layout = layout(config)
+        self.num_params = self.layout.total
+        self.shard_elems, self.padded_params = shard_geometry(self.num_params, world, zero)
+        lo = rank * self.shard_elems if zero else 0
+        self.shard = (lo, lo + self.shard_elems)  # this rank's part of the flat vector: its m and v
         self.buffers: dict[str, BufferDecl] = {}
-        self.forward: list[Call | Zero] = []
-        self.loss: list[Call | Zero] = []
-        self.backward: list[Call | Zero] = []
-        self.update: list[Call | Zero] = []
+        self.zero_grads: list[Step] = []
+        self.forward: list[Step] = []
+        self.loss: list[Step] = []
+        self.backward: list[Step] = []
+        self.update: list[Step] = []
         self._build()
+        self.reduced_backward: list[Step] = self._reduced_backward()
 
     # -- buffers -----------------------------------------------------------------------------
     def _buf(self, name: str, elems: int, dtype: str = "f32", per_layer: bool = False) -> None:
@@ -103,12 +187,15 @@ class Program:
         C, L, NH, Vp, V = cfg.channels, cfg.num_layers, cfg.num_heads, cfg.padded_vocab_size, cfg.vocab_size
         HS = C // NH
         BT, BTC = B * T, B * T * C
-        P = self.layout.total
-        for name in ("params", "grads", "m", "v"):
-            self._buf(name, P)
+        for name in ("params", "grads"):
+            self._buf(name, self.padded_params)
+        for name in ("m", "v"):
+            self._buf(name, self.shard_elems)
         self._buf("tokens", BT, "i32")
         self._buf("targets", BT, "i32")
         self._buf("optimizer_scalars", 6)  # [lr, beta1, beta2, eps, weight_decay, t]: adamw's hp
+        if self.weight_decay:
+            self._buf("optimizer_scalars_no_decay", 6)  # the same with weight_decay 0: for all but the matrices
         self._buf("norm2", 1)
         self._buf("zeros", Vp)  # the lm head has no bias
         self._buf("encoded", BTC)
@@ -176,11 +263,11 @@ class Program:
         # loss: softmax + cross-entropy + dlogits in one pass, written over the logits
         self.loss.append(Call("fused_classifier", {**bt, "V": V, "Vp": Vp},
                               {"logits": self.at("logits"), "losses": self.at("losses"), "targets": self.at("targets")},
-                              {"dloss": 1.0 / (B * T)}, "classifier"))
+                              {"dloss": 1.0 / (B * T * self.micro_steps * self.world)}, "classifier"))
 
-        # backward
+        # backward (parameter gradients add into `grads`, zeroed once per optimizer step)
+        self.zero_grads.append(Zero(self.at("grads"), "zero grads"))
         b = self.backward
-        b.append(Zero(self.at("grads"), "zero grads"))
         b.append(Zero(self.at("dresidual"), "zero dresidual"))
 
         def mm_back(dinp, dw, db, dout, inp, w, c, oc, label):
@@ -227,18 +314,105 @@ class Program:
                       {"dwte": self.grad("wte"), "dwpe": Slice("grads", self.layout["wpe"].offset, T * C),
                        "dout": self.at("dresidual"), "inp": self.at("tokens")}, label="embed"))
 
-        # update: clip by the global norm inside AdamW
-        self.update.append(Call("global_norm", {"N": P}, {"norm2": self.at("norm2"), "grads": self.at("grads")},
-                                label="grad norm"))
-        self.update.append(Call("adamw", {"N": P},
-                                {"params": self.at("params"), "grads": self.at("grads"), "m": self.at("m"),
-                                 "v": self.at("v"), "hp": self.at("optimizer_scalars"), "norm2": self.at("norm2")},
-                                {"max_norm": 1.0}, "adamw"))
+        self._build_update()
+
+    def _build_update(self) -> None:
+        """Clip by the global norm inside AdamW, over this rank's shard of the real parameters."""
+        P, (lo, hi) = self.num_params, self.shard
+        u = self.update
+        if self.grad_clip > 0:
+            end = min(hi, P)
+            if end > lo:
+                u.append(Call("global_norm", {"N": end - lo}, {"norm2": self.at("norm2"),
+                                                              "grads": Slice("grads", lo, end - lo)}, label="grad norm"))
+            else:  # a shard of padding only: it adds nothing to the norm
+                u.append(Zero(self.at("norm2"), "grad norm (padding only)"))
+            if self.zero:
+                u.append(AllReduce(self.at("norm2"), "sum the shards' squared norms"))
+        max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
+        for start, end, decay in self.update_runs():
+            n = end - start
+            hp = "optimizer_scalars" if decay or not self.weight_decay else "optimizer_scalars_no_decay"
+            u.append(Call("adamw", {"N": n},
+                          {"params": Slice("params", start, n), "grads": Slice("grads", start, n),
+                           "m": Slice("m", start - lo, n), "v": Slice("v", start - lo, n),
+                           "hp": self.at(hp), "norm2": self.at("norm2")},
+                          {"max_norm": max_norm}, "adamw" + (" (decay)" if decay else "")))
+        if self.zero:
+            u.append(AllGather("params", self.shard_elems, "gather the updated shards"))
+
+    def update_runs(self) -> list[tuple[int, int, bool]]:
+        """[start, end) runs of this rank's shard of the parameters, each with or without weight
+        decay: one run over everything unless weight decay is on, then one per run of consecutive
+        tensors that decay alike (only the 2-D weights do)."""
+        runs: list[list] = []
+        for t in self.layout:
+            decay = self.weight_decay and t.name in MATRICES
+            if runs and runs[-1][2] == decay:
+                runs[-1][1] = t.end
+            else:
+                runs.append([t.offset, t.end, decay])
+        lo, hi = self.shard
+        return [(max(a, lo), min(b, hi), d) for a, b, d in runs if max(a, lo) < min(b, hi)]
+
+    # -- gradient reduction over ranks --------------------------------------------------------------
+    def grad_regions(self) -> list[Slice]:
+        """The gradient buffer as the slices the backward finishes one at a time: each per-layer
+        tensor's slice of one layer, and the other tensors whole. They cover the parameters once."""
+        out = []
+        for t in self.layout:
+            if t.name in PER_LAYER:
+                out += [self.grad(t.name, layer) for layer in range(self.config.num_layers)]
+            else:
+                out.append(self.grad(t.name))
+        return out
+
+    def _pieces(self, regions: list[Slice]) -> list[tuple[Slice, int | None]]:
+        if not self.zero:
+            return [(r, None) for r in regions]
+        out, S = [], self.shard_elems
+        for r in regions:  # split at shard boundaries: each piece goes to the rank that owns it
+            start, end = r.offset, r.offset + r.elems
+            while start < end:
+                owner = start // S
+                cut = min(end, (owner + 1) * S)
+                out.append((Slice(r.buffer, start, cut - start), owner))
+                start = cut
+        return out
+
+    def _reduced_backward(self) -> list[Step]:
+        """The backward with a Reduce after each call that completes a bucket of gradient regions
+        (a region is complete after the last call that writes into it), then a Join."""
+        regions = self.grad_regions()
+        last_writer = {r: len(self.backward) - 1 for r in regions}
+        for i, call in enumerate(self.backward):
+            if not isinstance(call, Call):
+                continue
+            for ref in call.args.values():
+                if ref.buffer != "grads":
+                    continue
+                for r in regions:
+                    if r.offset < ref.offset + ref.elems and ref.offset < r.offset + r.elems:
+                        last_writer[r] = i
+        done_at: dict[int, list[Slice]] = {}
+        for r in regions:
+            done_at.setdefault(last_writer[r], []).append(r)
+        final = max(done_at)
+        out: list[Step] = []
+        pending: list[Slice] = []
+        for i, step in enumerate(self.backward):
+            out.append(step)
+            pending += done_at.get(i, [])
+            if pending and (sum(r.elems for r in pending) >= self.bucket_elems or i == final):
+                out.append(Reduce(self._pieces(pending), f"reduce {len(pending)} gradient slices after {step.label}"))
+                pending = []
+        out.append(Join())
+        return out
 
     # -- views ---------------------------------------------------------------------------------
     @property
     def calls(self) -> list[Call]:
-        return [c for c in self.forward + self.loss + self.backward + self.update if isinstance(c, Call)]
+        return [c for c in self.zero_grads + self.forward + self.loss + self.backward + self.update if isinstance(c, Call)]
 
     def family_sizes(self) -> dict[str, list[dict[str, int]]]:
         """The distinct sizes each family is called at: what `promote` re-checks a version at."""

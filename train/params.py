@@ -20,6 +20,11 @@ from .errors import TrainError
 RESIDUAL_PROJECTIONS = ("attprojw", "fcprojw")
 LAYERNORM_WEIGHTS = ("ln1w", "ln2w", "lnfw")
 BIASES = ("ln1b", "qkvb", "attprojb", "ln2b", "fcb", "fcprojb", "lnfb")
+# The 2-D weight matrices: the only tensors weight decay applies to (GPT-2 / llm.c practice; never
+# the biases, layernorm gains or offsets).
+MATRICES = ("wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw")
+# The tensors with one slice per layer (leading dimension L): a layer's gradients are those slices.
+PER_LAYER = ("ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """Preparing the trainer's inputs in llm.c's formats: tiny Shakespeare as GPT-2 tokens, the GPT-2
 tokenizer, and OpenAI's GPT-2 weights (from Hugging Face) with a debug state to check a trainer by.
 
-Everything is computed in memory and checked before the first file is written.
+Everything is computed in memory and checked before the first file is written. An output that
+already holds exactly these bytes is left alone (up to date); one that holds anything else is
+replaced only with force=True (`--force`), and that is decided for every output before any is
+written: preprocessing another text never silently replaces the canonical data set.
 """
 
 from __future__ import annotations
@@ -40,6 +43,20 @@ class Written:
     """What a preprocessing step produced: path -> a one-line description."""
     files: dict[Path, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def write_all(self, outputs: dict[Path, tuple[list, str]], force: bool = False) -> "Written":
+        """Write each path's parts (formats.*_parts) with its description, unless the file already
+        holds them; refuse, before writing anything, to replace a file that differs without force."""
+        differ = [p for p, (parts, _) in outputs.items() if p.exists() and not formats.same_content(p, parts)]
+        if differ and not force:
+            raise TrainError(f"{', '.join(map(str, differ))} already exist{'s' if len(differ) == 1 else ''} with other "
+                             f"content than this would write; pass --force to replace {'it' if len(differ) == 1 else 'them'}")
+        for path, (parts, description) in outputs.items():
+            if path.exists() and path not in differ:
+                self.notes.append(f"{path} is up to date")
+            else:
+                self.files[formats.atomic_write(path, parts)] = description
+        return self
 
 
 # -- download -------------------------------------------------------------------------------------
@@ -124,8 +141,10 @@ def tokenizer_bytes(enc) -> list[bytes]:
     return [enc.decode_single_token_bytes(i) for i in range(enc.n_vocab)]
 
 
-def write_gpt2_tokenizer(out_dir: Path, enc) -> Path:
-    return formats.write_tokenizer(out_dir / TOKENIZER_FILE, tokenizer_bytes(enc), enc.eot_token)
+def gpt2_tokenizer_output(out_dir: Path, enc) -> dict[Path, tuple[list, str]]:
+    path = out_dir / TOKENIZER_FILE
+    return {path: (formats.tokenizer_parts(path, tokenizer_bytes(enc), enc.eot_token),
+                   f"GPT-2 tokenizer, {enc.n_vocab:,} tokens")}
 
 
 def _read_text(path: Path) -> str:
@@ -140,10 +159,11 @@ def _read_text(path: Path) -> str:
 
 
 def prepro_tinyshakespeare(out_dir: str | os.PathLike, input_path: str | os.PathLike | None = None,
-                           progress: Progress | None = None) -> Written:
+                           progress: Progress | None = None, force: bool = False) -> Written:
     """Tokenize tiny Shakespeare into OUT/tiny_shakespeare_{val,train}.bin and write
     OUT/gpt2_tokenizer.bin. Without `input_path` the text is downloaded (checksum-checked) to
-    OUT/tiny_shakespeare.txt, or reused from there when it is already present and intact."""
+    OUT/tiny_shakespeare.txt, or reused from there when it is already present and intact.
+    Existing outputs with other content are replaced only with `force`."""
     out_dir = Path(out_dir)
     written = Written()
     if input_path is not None:
@@ -166,10 +186,10 @@ def prepro_tinyshakespeare(out_dir: str | os.PathLike, input_path: str | os.Path
         raise TrainError(f"{source}: too short: {tokens.size} tokens, the validation split alone takes {VAL_TOKENS}")
     val, train = tokens[:VAL_TOKENS], tokens[VAL_TOKENS:]
     out_dir.mkdir(parents=True, exist_ok=True)
-    written.files[formats.write_tokens(out_dir / TINYSHAKESPEARE_VAL, val)] = f"{val.size:,} validation tokens"
-    written.files[formats.write_tokens(out_dir / TINYSHAKESPEARE_TRAIN, train)] = f"{train.size:,} training tokens"
-    written.files[write_gpt2_tokenizer(out_dir, enc)] = f"GPT-2 tokenizer, {enc.n_vocab:,} tokens"
-    return written
+    val_path, train_path = out_dir / TINYSHAKESPEARE_VAL, out_dir / TINYSHAKESPEARE_TRAIN
+    return written.write_all({val_path: (formats.tokens_parts(val_path, val), f"{val.size:,} validation tokens"),
+                              train_path: (formats.tokens_parts(train_path, train), f"{train.size:,} training tokens"),
+                              **gpt2_tokenizer_output(out_dir, enc)}, force)
 
 
 # -- GPT-2 weights from Hugging Face --------------------------------------------------------------
@@ -276,9 +296,10 @@ def torch_debug_state(model, config: GPT2Config, inputs: np.ndarray, targets: np
 
 
 def export_gpt2(model, out_dir: str | os.PathLike, tokens: np.ndarray, tokens_source: Path | str = "tokens",
-                name: str | None = None, enc=None, B: int = DEBUG_B, T: int = DEBUG_T) -> Written:
+                name: str | None = None, enc=None, B: int = DEBUG_B, T: int = DEBUG_T, force: bool = False) -> Written:
     """Write OUT/gpt2_<size>.bin (v3), gpt2_<size>_bf16.bin (v5), gpt2_<size>_debug_state.bin and
-    gpt2_tokenizer.bin for a transformers GPT2LMHeadModel. `tokens` feed the debug batch."""
+    gpt2_tokenizer.bin for a transformers GPT2LMHeadModel. `tokens` feed the debug batch. Existing
+    outputs with other content are replaced only with `force`."""
     out_dir = Path(out_dir)
     torch, _ = _transformers()
     config = hf_config(model)
@@ -295,19 +316,18 @@ def export_gpt2(model, out_dir: str | os.PathLike, tokens: np.ndarray, tokens_so
     with torch.enable_grad():
         logits, loss, grads = torch_debug_state(model, config, inputs, targets)
     out_dir.mkdir(parents=True, exist_ok=True)
-    w = Written()
     n = params.size
-    w.files[formats.write_checkpoint(out_dir / f"{name}.bin", config, params)] = f"v3 fp32 checkpoint, {n:,} parameters"
-    w.files[formats.write_checkpoint(out_dir / f"{name}_bf16.bin", config, params, formats.MODEL_BF16)] = \
-        f"v5 bf16 checkpoint, {n:,} parameters"
-    w.files[write_gpt2_tokenizer(out_dir, enc)] = f"GPT-2 tokenizer, {enc.n_vocab:,} tokens"
-    w.files[formats.write_debug_state(out_dir / f"{name}_debug_state.bin", config, inputs, targets, logits, loss, grads)] = \
-        f"debug state B={B} T={T}, loss {loss:.6f}"
-    return w
+    v3, v5, debug = out_dir / f"{name}.bin", out_dir / f"{name}_bf16.bin", out_dir / f"{name}_debug_state.bin"
+    return Written().write_all({
+        v3: (formats.checkpoint_parts(v3, config, params), f"v3 fp32 checkpoint, {n:,} parameters"),
+        v5: (formats.checkpoint_parts(v5, config, params, formats.MODEL_BF16), f"v5 bf16 checkpoint, {n:,} parameters"),
+        **gpt2_tokenizer_output(out_dir, enc),
+        debug: (formats.debug_state_parts(debug, config, inputs, targets, logits, loss, grads),
+                f"debug state B={B} T={T}, loss {loss:.6f}")}, force)
 
 
 def prepro_gpt2(out_dir: str | os.PathLike, model_name: str = "gpt2", tokens_path: str | os.PathLike | None = None,
-                name: str | None = None) -> Written:
+                name: str | None = None, force: bool = False) -> Written:
     """Export a Hugging Face GPT-2 (hub id or local folder) with a debug state whose batch is the
     start of tokens_path (default OUT/tiny_shakespeare_val.bin, made by prepro_tinyshakespeare)."""
     out_dir = Path(out_dir)
@@ -319,4 +339,4 @@ def prepro_gpt2(out_dir: str | os.PathLike, model_name: str = "gpt2", tokens_pat
     tokens = formats.read_tokens(tokens_path)
     enc = gpt2_encoding()
     model = load_hf_model(model_name)
-    return export_gpt2(model, out_dir, tokens, tokens_path, name=name, enc=enc)
+    return export_gpt2(model, out_dir, tokens, tokens_path, name=name, enc=enc, force=force)

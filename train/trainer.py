@@ -1,62 +1,50 @@
-"""`workbench train`: GPT-2 in fp32 on the promoted kernels, one CUDA graph per step.
+"""`workbench train`: GPT-2 in fp32 on the promoted kernels, one CUDA graph per micro-step.
 
-The loop, like the C fp32 trainer's: every step takes the next B*T tokens of the training file;
-every `val_every` steps it evaluates `val_batches` batches; every `sample_every` steps it
-generates `gen_tokens` tokens from <|endoftext|>. Per step the host copies the batch and the
-optimizer's scalars into device buffers, replays one graph (forward, classifier, backward, global
-norm, AdamW), and reads back the B*T per-token losses.
+The loop, like the C fp32 trainer's: every `val_every` steps rank 0 evaluates `val_batches`
+batches; every `sample_every` steps it generates `gen_tokens` tokens from <|endoftext|>; then one
+optimizer step. A step is `micro_steps` micro-steps on each of `world` GPUs: each takes its own
+B*T+1-token window of the training file (`window`), runs forward, loss and backward, and the
+parameter gradients add up (the first micro-step zeroes them, the classifier's dloss makes the
+sum the mean over the step); the last one also sums the gradients over the GPUs, overlapped with
+its backward, and updates (global norm, AdamW). Per micro-step the host copies the batch into
+device buffers and replays a graph; once per step it waits and reads the B*T per-token losses of
+each micro-step back. The graphs (GRAPH_NAMES): with one micro-step, one per step, [zero grads,
+forward, loss, backward, update]; with more, the first micro-step's (zero grads, forward, loss,
+backward), the middle ones' (forward, loss, backward) and the last one's (forward, loss,
+backward with the reductions, update). Every `checkpoint_every` steps the run is saved (train/checkpoint.py) so
+that `--resume` continues it bit for bit: same data windows, learning rates, optimizer state and
+sampling RNG.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from workbench.timing import matmul_peak
 
-from . import formats
+from . import checkpoint, formats
 from .config import EOT, GPT2Config, PRESETS, preset
 from .errors import TrainError
 from .model import Program, flops_per_token
+from .options import Run, TrainOptions  # noqa: F401  (TrainOptions: the trainer's options, re-exported)
 from .params import fresh_init
 
-DATA_DIR = Path("data")
-
-
-@dataclass
-class TrainOptions:
-    train_tokens: str = str(DATA_DIR / "tiny_shakespeare_train.bin")
-    val_tokens: str = str(DATA_DIR / "tiny_shakespeare_val.bin")
-    log: str | None = None
-    batch: int = 4
-    seq: int = 1024
-    lr: float = 3e-4
-    val_every: int = 20
-    val_batches: int = 20
-    sample_every: int = 20
-    gen_tokens: int = 64
-    init: str = "d12"
-    steps: int | None = None
-    attention: str = "softmax"
-    tf32: bool = True
-    save: str | None = None
-    seed: int = 0
-    warmup: int = 0          # linear warm-up steps (0: constant learning rate, as the C fp32 trainer)
-    final_lr_frac: float = 1.0  # cosine decay to lr * this by the last step (1.0: no decay)
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
+SAMPLE_SEED = 1337  # the sampling RNG's seed, as the C trainer's
+# The graphs of a step by (first micro-step, last micro-step): one when there is one micro-step.
+GRAPH_NAMES = {(True, True): "step", (True, False): "first micro-step", (False, False): "middle micro-steps",
+               (False, True): "last micro-step"}
 
 
 class Batches:
-    """Consecutive B*T+1-token windows of a token file, wrapping at its end (as the C trainer)."""
+    """The B*T+1-token windows of a token file: window i starts at token (i mod per_epoch) * B*T,
+    so consecutive windows run through the file and wrap at its end (as the C trainer's loader)."""
 
     def __init__(self, path: str, B: int, T: int):
         self.path = path
@@ -64,32 +52,22 @@ class Batches:
         self.B, self.T = B, T
         if self.tokens.size < B * T + 1:
             raise TrainError(f"{path}: {self.tokens.size:,} tokens, fewer than one batch of B*T+1 = {B * T + 1:,}")
-        self.pos = 0
 
     @property
     def per_epoch(self) -> int:
         return (self.tokens.size - 1) // (self.B * self.T)
 
-    def reset(self) -> None:
-        self.pos = 0
-
-    def next(self, x: np.ndarray, y: np.ndarray) -> None:
+    def load(self, i: int, x: np.ndarray, y: np.ndarray) -> None:
         n = self.B * self.T
-        if self.pos + n + 1 > self.tokens.size:
-            self.pos = 0
-        x[:] = self.tokens[self.pos:self.pos + n]
-        y[:] = self.tokens[self.pos + 1:self.pos + n + 1]
-        self.pos += n
+        pos = (i % self.per_epoch) * n
+        x[:] = self.tokens[pos:pos + n]
+        y[:] = self.tokens[pos + 1:pos + n + 1]
 
 
-def learning_rate(opts: TrainOptions, step: int, total: int) -> float:
-    if opts.warmup and step < opts.warmup:
-        return opts.lr * (step + 1) / opts.warmup
-    if opts.final_lr_frac >= 1.0 or total <= opts.warmup:
-        return opts.lr
-    frac = (step - opts.warmup) / max(1, total - opts.warmup)
-    low = opts.lr * opts.final_lr_frac
-    return low + 0.5 * (opts.lr - low) * (1 + math.cos(math.pi * frac))
+def window(step: int, micro: int, rank: int, micro_steps: int, world: int) -> int:
+    """The window rank `rank` trains on at micro-step `micro` of optimizer step `step`: the ranks
+    take consecutive windows, then the micro-steps, then the steps (one GPU: window = step)."""
+    return (step * micro_steps + micro) * world + rank
 
 
 def load_model(init: str, seed: int) -> tuple[GPT2Config, np.ndarray, str]:
@@ -117,47 +95,56 @@ class StepRecord:
 
 @dataclass
 class Trainer:
-    """Holds the device state of one run; `train()` below drives it."""
+    """Holds one rank's device state of a run; `train()` below drives it."""
 
-    opts: TrainOptions
+    run: Run
     config: GPT2Config
     params: np.ndarray
-    say: Callable = print
+    dist: object  # distributed.Local or MPIWorld
     records: list[StepRecord] = field(default_factory=list)
 
     def __post_init__(self):
-        import pycuda.autoprimaryctx  # noqa: F401
+        self.dist.select_device()
+        import pycuda.autoprimaryctx  # noqa: F401  (after the rank has chosen its GPU)
         import pycuda.driver as drv
 
         from .backends import Graph, KernelBackend, PromotedSet
-        o, cfg = self.opts, self.config
+        o, d = self.run.opts, self.dist
         self.drv = drv
-        if o.seq > cfg.max_seq_len:
-            raise TrainError(f"-t {o.seq} is longer than the model's maximum sequence length {cfg.max_seq_len}")
-        self.program = Program(cfg, o.batch, o.seq, o.attention, o.tf32)
-        self.backend = KernelBackend(self.program, PromotedSet())
-        self.backend.upload("params", self.params.astype(np.float32))
+        self.M = self.run.micro_steps
+        self.program = Program(self.config, o.batch, o.seq, o.attention, o.tf32, micro_steps=self.M, world=d.world,
+                               rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip)
+        self.promoted = PromotedSet(deterministic=o.deterministic)
+        self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm())
+        padded = np.zeros(self.program.padded_params, dtype=np.float32)
+        padded[:self.params.size] = self.params
+        self.backend.upload("params", padded)
         self.stream = drv.Stream()
         BT = o.batch * o.seq
-        # Pinned host buffers: the batch and the optimizer scalars go up asynchronously.
-        self.x = drv.pagelocked_empty(BT, np.int32)
-        self.y = drv.pagelocked_empty(BT, np.int32)
-        self.optimizer_scalars = drv.pagelocked_empty(6, np.float32)
-        self.losses = drv.pagelocked_empty(BT, np.float32)
-        self.steps_graph = None
+        # Pinned host buffers, one row per micro-step: the batches and the optimizer scalars go up
+        # asynchronously, the per-token losses come back the same way.
+        self.x = drv.pagelocked_empty((self.M, BT), np.int32)
+        self.y = drv.pagelocked_empty((self.M, BT), np.int32)
+        self.losses = drv.pagelocked_empty((self.M, BT), np.float32)
+        self.optimizer_scalars = drv.pagelocked_empty((2, 6), np.float32)  # with weight decay, without
+        self.graphs: dict[tuple[bool, bool], object] = {}
         self.eval_graph = None
         self.forward_graph = None
         self._graph_cls = Graph
 
     # -- device work ---------------------------------------------------------------------------
-    def _upload_batch(self) -> None:
+    def _upload_batch(self, k: int) -> None:
         s, backend = self.stream, self.backend
-        self.drv.memcpy_htod_async(backend.ptr(self.program.at("tokens")), self.x, s)
-        self.drv.memcpy_htod_async(backend.ptr(self.program.at("targets")), self.y, s)
+        self.drv.memcpy_htod_async(backend.ptr(self.program.at("tokens")), self.x[k], s)
+        self.drv.memcpy_htod_async(backend.ptr(self.program.at("targets")), self.y[k], s)
 
-    def _enqueue_step(self, stream) -> None:
+    def _enqueue_micro(self, stream, first: bool, last: bool) -> None:
+        """One micro-step: the first zeroes the gradients, the last reduces them over the ranks
+        (during its backward) and updates."""
         p = self.program
-        self.backend.run(p.forward + p.loss + p.backward + p.update, stream)
+        backward = p.reduced_backward if last and self.dist.under_mpi else p.backward
+        self.backend.run((p.zero_grads if first else []) + p.forward + p.loss + backward + (p.update if last else []),
+                         stream)
 
     def _enqueue_eval(self, stream) -> None:
         p = self.program
@@ -166,63 +153,72 @@ class Trainer:
     def _enqueue_forward(self, stream) -> None:
         self.backend.run(self.program.forward, stream)
 
+    def _replay(self, graph, enqueue) -> None:
+        if graph is None:
+            enqueue(self.stream)
+        else:
+            graph.launch(self.stream)
+
     def capture(self) -> None:
-        """One warm-up step uncaptured (library handles, first-launch costs), then the graphs."""
-        self.steps_graph = self._graph_cls(self.stream, self._enqueue_step)
+        """After one uncaptured step (library handles, NCCL connections, first-launch costs): a
+        graph per kind of micro-step (first, middle, last; one when there is one micro-step)."""
+        for first, last in {(k == 0, k == self.M - 1) for k in range(self.M)}:
+            self.graphs[(first, last)] = self._graph_cls(self.stream, lambda s, f=first, la=last: self._enqueue_micro(s, f, la))
         self.eval_graph = self._graph_cls(self.stream, self._enqueue_eval)
         self.forward_graph = self._graph_cls(self.stream, self._enqueue_forward)
 
-    def _mean_loss(self) -> float:
-        self.drv.memcpy_dtoh_async(self.losses, self.backend.ptr(self.program.at("losses")), self.stream)
-        self.stream.synchronize()
-        return float(np.mean(self.losses, dtype=np.float64))
-
-    def step(self, batches: Batches, step: int, total: int) -> tuple[float, float, float, float]:
-        """One optimizer step. Returns (loss, wall ms, host us spent outside the graph, lr)."""
-        o = self.opts
+    def step(self, batches: Batches, step: int, lr: float) -> tuple[float, float, float]:
+        """One optimizer step. Returns (this rank's mean loss, wall ms, host us outside the graphs)."""
+        o, d, M = self.run.opts, self.dist, self.M
         t0 = time.perf_counter()
-        batches.next(self.x, self.y)
-        lr = learning_rate(o, step, total)
+        for k in range(M):
+            batches.load(window(step, k, d.rank, M, d.world), self.x[k], self.y[k])
         self.optimizer_scalars[:] = (lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1)
-        self._upload_batch()
-        self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars")), self.optimizer_scalars, self.stream)
-        if self.steps_graph is None:
-            self._enqueue_step(self.stream)
-        else:
-            self.steps_graph.launch(self.stream)
+        self.optimizer_scalars[1, 4] = 0.0
+        self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars")), self.optimizer_scalars[0],
+                                   self.stream)
+        if "optimizer_scalars_no_decay" in self.program.buffers:
+            self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars_no_decay")),
+                                       self.optimizer_scalars[1], self.stream)
+        losses = self.backend.ptr(self.program.at("losses"))
+        for k in range(M):
+            first, last = k == 0, k == M - 1
+            self._upload_batch(k)
+            self._replay(self.graphs.get((first, last)), lambda s: self._enqueue_micro(s, first, last))
+            self.drv.memcpy_dtoh_async(self.losses[k], losses, self.stream)
         t1 = time.perf_counter()
-        loss = self._mean_loss()  # waits for the GPU
+        d.wait(self.stream, f"step {step + 1}")
+        loss = float(np.mean(self.losses.reshape(-1), dtype=np.float64))
         t2 = time.perf_counter()
-        return loss, (t2 - t0) * 1e3, (t1 - t0) * 1e6, lr
+        return loss, (t2 - t0) * 1e3, (t1 - t0) * 1e6
+
+    def _batch_loss(self) -> float:
+        self.drv.memcpy_dtoh_async(self.losses[0], self.backend.ptr(self.program.at("losses")), self.stream)
+        self.stream.synchronize()
+        return float(np.mean(self.losses[0], dtype=np.float64))
 
     def val_loss(self, batches: Batches, n: int) -> float:
-        batches.reset()
-        total = 0.0
+        """The mean loss of the first n windows of the validation file (this rank alone)."""
         n = min(n, batches.per_epoch)
-        for _ in range(n):
-            batches.next(self.x, self.y)
-            self._upload_batch()
-            if self.eval_graph is None:
-                self._enqueue_eval(self.stream)
-            else:
-                self.eval_graph.launch(self.stream)
-            total += self._mean_loss()
+        total = 0.0
+        for i in range(n):
+            batches.load(i, self.x[0], self.y[0])
+            self._upload_batch(0)
+            self._replay(self.eval_graph, self._enqueue_eval)
+            total += self._batch_loss()
         return total / max(1, n)
 
-    def sample(self, n: int, seed: int) -> list[int]:
+    def sample(self, n: int, rng: np.random.Generator) -> list[int]:
         """Generate n tokens from <|endoftext|> at temperature 1 (row 0 of the batch)."""
-        cfg, o = self.config, self.opts
-        rng = np.random.default_rng(seed)
+        cfg, o = self.config, self.run.opts
         tokens = [EOT]
         Vp, V = cfg.padded_vocab_size, cfg.vocab_size
+        x = self.x[0]
         for _ in range(min(n, o.seq - 1)):
-            self.x[:] = EOT
-            self.x[:len(tokens)] = tokens
-            self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("tokens")), self.x, self.stream)
-            if self.forward_graph is None:
-                self._enqueue_forward(self.stream)
-            else:
-                self.forward_graph.launch(self.stream)
+            x[:] = EOT
+            x[:len(tokens)] = tokens
+            self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("tokens")), x, self.stream)
+            self._replay(self.forward_graph, self._enqueue_forward)
             row = np.empty(Vp, dtype=np.float32)
             t = len(tokens) - 1
             self.drv.memcpy_dtoh_async(row, self.backend.ptr(self.program.at("logits")) + 4 * t * Vp, self.stream)
@@ -233,20 +229,95 @@ class Trainer:
             tokens.append(int(rng.choice(V, p=probs)))
         return tokens[1:]
 
-    def save(self, path: str) -> Path:
+    # -- state ---------------------------------------------------------------------------------
+    def params_now(self) -> np.ndarray:
         self.stream.synchronize()
-        params = self.backend.download("params")
-        return formats.write_checkpoint(path, self.config, params)
+        return self.backend.download("params", elems=self.program.num_params)
+
+    def save(self, path: str | Path) -> Path:
+        return formats.write_checkpoint(path, self.config, self.params_now())
+
+    def holds_moments(self) -> bool:
+        """Whether this rank's state file carries m and v (ZeRO-1: its shard; else rank 0 alone)."""
+        return bool(self.run.opts.zero) or self.dist.is_root
+
+    def state(self, step: int, rng: np.random.Generator) -> formats.TrainState:
+        """This rank's part of the checkpoint after `step` optimizer steps."""
+        o, d, p = self.run.opts, self.dist, self.program
+        self.stream.synchronize()
+        m = self.backend.download("m") if self.holds_moments() else np.empty(0, np.float32)
+        v = self.backend.download("v") if self.holds_moments() else np.empty(0, np.float32)
+        info = {"data": {"next_window": window(step, 0, d.rank, self.M, d.world), "train_tokens": o.train_tokens},
+                "rng": {"sample": rng.bit_generator.state},
+                "schedule": self.run.schedule.state(), "options": self.run.settings()}
+        return formats.TrainState(step, d.world, d.rank, o.zero, self.M, o.batch, o.seq, self.run.total_batch, o.seed,
+                                  p.num_params, p.shard[0] if m.size else 0, m, v, info)
+
+    def restore(self, resume: checkpoint.Resume, rng: np.random.Generator) -> None:
+        """Optimizer moments and the sampling RNG from the checkpoint (the parameters came with
+        the model file)."""
+        d = self.dist
+        own = formats.read_state(resume.state_of(d.rank))
+        source = own if self.run.opts.zero else formats.read_state(resume.state_of(0))
+        n = self.program.shard_elems
+        if source.m.size != n:
+            raise TrainError(f"{resume.state_of(source.rank)}: holds {source.m.size:,} moments, this rank's "
+                             f"optimizer state has {n:,}")
+        expected = window(resume.step, 0, d.rank, self.M, d.world)
+        if own.info["data"]["next_window"] != expected:
+            raise TrainError(f"{resume.state_of(d.rank)}: its next data window is {own.info['data']['next_window']}, "
+                             f"this trainer would take {expected}")
+        self.backend.upload("m", source.m)
+        self.backend.upload("v", source.v)
+        rng.bit_generator.state = own.info["rng"]["sample"]
 
 
-def run_rows(o: TrainOptions, source: str, total: int, train_data: Batches, val_data: Batches | None) -> list[tuple[str, object]]:
+class LlmcLog:
+    """llm.c's log file (-o): `s:STEP tel:LOSS` for validation, `s:STEP trl:LOSS` for training;
+    appended to by a resumed run. No path: nothing is written."""
+
+    def __init__(self, path: str | None, append: bool = False):
+        self.file = open(path, "a" if append else "w") if path else None
+
+    def write(self, step: int, kind: str, loss: float) -> None:
+        if self.file:
+            self.file.write(f"s:{step} {kind}:{loss:.6f}\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+
+
+class SilentUI:
+    """The UI of every rank but 0: prints nothing."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def run_rows(run: Run, source: str, train_data: Batches, val_data: Batches | None) -> list[tuple[str, object]]:
     """The run's parameters, as `workbench train` shows them before it starts."""
+    o = run.opts
+    schedule = o.lr_schedule + (f", warm-up {o.warmup}" if o.warmup else "") + (
+        f", to {o.final_lr_frac:g} x lr" if o.lr_schedule != "constant" else "") + (
+        f" over the last {o.decay_frac:g} of the steps" if o.lr_schedule == "wsd" else "")
     return [("train tokens (-i)", f"{o.train_tokens} ({train_data.tokens.size:,} tokens)"),
             ("val tokens (-j)", f"{o.val_tokens}" + (f" ({val_data.tokens.size:,} tokens)" if val_data else " (off)")),
             ("log (-o)", o.log or "-"), ("batch size (-b)", o.batch), ("sequence length (-t)", o.seq),
-            ("learning rate (-l)", o.lr), ("val every (-v)", o.val_every), ("val batches (-m)", o.val_batches),
+            ("total batch", f"{run.total_batch:,} tokens = {o.batch}*{o.seq} x {run.micro_steps} micro-steps x "
+                            f"{run.launch.world} GPU(s)"),
+            ("learning rate (-l)", f"{o.lr:g} ({schedule})"),
+            ("optimizer", f"AdamW beta1 {o.beta1:g} beta2 {o.beta2:g} eps {o.eps:g}, weight decay {o.weight_decay:g} "
+                          f"(2-D weights), grad clip {o.grad_clip:g}" + (" (off)" if not o.grad_clip else "")),
+            ("val every (-v)", o.val_every), ("val batches (-m)", o.val_batches),
             ("sample every (-s)", o.sample_every), ("generate (-g)", o.gen_tokens), ("init", source),
-            ("steps", f"{total} ({train_data.per_epoch} per epoch)"), ("attention", o.attention),
+            ("steps", f"{run.steps} ({train_data.per_epoch // (run.micro_steps * run.launch.world)} per epoch)"
+                      + (f", resumed at {run.resume.step}" if run.resume else "")),
+            ("attention", o.attention),
+            ("checkpoints", f"every {o.checkpoint_every} steps into {o.checkpoint_dir}/"
+                            + (f", keep {o.keep}" if o.keep else "") if o.checkpoint_every else "-"),
+            ("ZeRO", f"stage {o.zero}"), ("deterministic", "yes" if o.deterministic else "no"),
             ("save", o.save or "-")]
 
 
@@ -264,88 +335,137 @@ def _decoder(train_tokens: str):
         return lambda ids: " ".join(map(str, ids))
 
 
-def train(opts: TrainOptions, ui) -> dict:
-    """Run training; `ui` prints (see cli.py). Returns a summary dict (also what tests check)."""
-    if opts.attention not in ("softmax", "relu"):
-        raise TrainError(f"--attention must be softmax or relu, got {opts.attention!r}")
-    config, params, source = load_model(opts.init, opts.seed)
-    train_data = Batches(opts.train_tokens, opts.batch, opts.seq)
-    val_data = Batches(opts.val_tokens, opts.batch, opts.seq) if opts.val_every > 0 else None
-    total = opts.steps if opts.steps is not None else train_data.per_epoch
-    ui.run_table(run_rows(opts, source, total, train_data, val_data))
+def _notes(trainer: Trainer, run: Run, ui) -> None:
+    p = trainer.program
+    moments = 2 * 4 * p.shard_elems
+    ui.note(f"optimizer state (m, v): {moments / 2**20:,.1f} MiB per GPU"
+            + (f" (ZeRO-1: {p.shard_elems:,} of {p.num_params:,} parameters on each of {p.world} GPUs)"
+               if run.opts.zero else ""))
+    for family, e in trainer.promoted.stand_ins({c.family for c in p.calls}).items():
+        ui.note(f"--deterministic: {family} runs version {e['version']} ({e['title']}) in place of the promoted "
+                f"version {trainer.promoted.manifest[family]['version']}")
+    if run.resume:
+        ui.note(f"resuming {run.resume.model} at step {run.resume.step}")
+
+
+def train(run: Run, ui, dist) -> dict:
+    """Run training; `ui` prints (see report.TrainUI), `dist` is the process group
+    (train/distributed.py). Returns a summary dict (also what tests check)."""
+    o, total = run.opts, run.steps
+    if run.resume:
+        config, params = formats.read_checkpoint(run.resume.model)
+        source = f"{run.resume.model} (step {run.resume.step})"
+    else:
+        config, params, source = load_model(o.init, o.seed)
+    train_data = Batches(o.train_tokens, o.batch, o.seq)
+    val_data = Batches(o.val_tokens, o.batch, o.seq) if o.val_every > 0 else None
+    ui.run_table(run_rows(run, source, train_data, val_data))
     ui.model_table(config)
-    trainer = Trainer(opts, config, params)
-    peak = matmul_peak("tf32" if opts.tf32 else "fp32")
-    ui.device_line(trainer.drv.Context.get_device().name(), opts.tf32, peak)
+    trainer = Trainer(run, config, params, dist)
+    rng = np.random.default_rng(SAMPLE_SEED)
+    start = 0
+    if run.resume:
+        trainer.restore(run.resume, rng)
+        start = run.resume.step
+    peak = matmul_peak("tf32" if o.tf32 else "fp32") if dist.is_root else math.nan
+    ui.device_line(trainer.drv.Context.get_device().name(), o.tf32, peak)
     ui.memory_table(trainer.backend.memory())
-    decode = _decoder(opts.train_tokens)
-    log = open(opts.log, "w") if opts.log else None
-    flops_per_tok = flops_per_token(config, opts.seq)
-    summary = {"steps": 0, "losses": [], "val_losses": [], "stopped": None}
+    _notes(trainer, run, ui)
+    dist.barrier("the other ranks' set-up (compiling, capturing)")
+    decode = _decoder(o.train_tokens)
+    log = LlmcLog(o.log if dist.is_root else None, append=run.resume is not None)
+    flops_per_tok = flops_per_token(config, o.seq)
+    tokens_per_step = run.total_batch
+    summary = {"steps": start, "start_step": start, "losses": [], "lrs": [], "val_losses": [], "samples": [], "stopped": None,
+               "checkpoints": [], "world": dist.world, "micro_steps": run.micro_steps, "total_batch": tokens_per_step}
     interrupted = {"flag": False}
 
     def on_sigint(signum, frame):
         interrupted["flag"] = True
     old = signal.signal(signal.SIGINT, on_sigint)
-    last_finite = None
+    last_finite, stop, halted, failed, checkpointed = None, False, False, True, start
     try:
-        for step in range(total + 1):
+        for step in range(start, total + 1):
             last = step == total
-            if val_data is not None and (step % opts.val_every == 0 or last):
-                vl = trainer.val_loss(val_data, opts.val_batches)
-                summary["val_losses"].append((step, vl))
-                ui.val(step, vl)
-                if log:
-                    log.write(f"s:{step} tel:{vl:.6f}\n")
-                    log.flush()
-            if opts.sample_every > 0 and step > 0 and (step % opts.sample_every == 0 or last):
-                ui.sample(step, decode(trainer.sample(opts.gen_tokens, seed=1337)))
-            if last or interrupted["flag"]:
+            phase = False  # rank 0's host-only work at this step, which the others wait out
+            if val_data is not None and (step % o.val_every == 0 or last):
+                phase = True
+                if dist.is_root:
+                    vl = trainer.val_loss(val_data, o.val_batches)
+                    summary["val_losses"].append((step, vl))
+                    ui.val(step, vl)
+                    log.write(step, "tel", vl)
+            if o.sample_every > 0 and step > 0 and (step % o.sample_every == 0 or last):
+                phase = True
+                if dist.is_root:
+                    tokens = trainer.sample(o.gen_tokens, rng)
+                    summary["samples"].append((step, tokens))
+                    ui.sample(step, decode(tokens))
+            if phase:
+                dist.barrier(f"rank 0's validation and sampling at step {step}")
+            # under MPI only the flag the ranks agreed on (`stop`) counts: they must stop together
+            halted = stop or (interrupted["flag"] and not dist.under_mpi)
+            if last or halted:
                 break
-            loss, ms, host_us, lr = trainer.step(train_data, step, total)
+            lr = run.schedule(step)
+            local, ms, host_us = trainer.step(train_data, step, lr)
+            loss_sum, stops = dist.total([local, float(interrupted["flag"])], f"the losses of step {step + 1}")
+            loss, stop = loss_sum / dist.world, stops > 0
             if not math.isfinite(loss):
                 summary["stopped"] = f"loss is {loss} at step {step + 1}" + (
                     f" (last finite loss {last_finite[1]:.6f} at step {last_finite[0]})" if last_finite else "")
                 raise TrainError(summary["stopped"] + ": stopping")
             last_finite = (step + 1, loss)
-            if step == 0:
+            if step == start:
                 trainer.capture()  # after the first (uncaptured) step has warmed everything up
                 free, total_mem = trainer.drv.mem_get_info()
                 summary["gpu_memory_used"] = total_mem - free
-            tps = opts.batch * opts.seq / (ms / 1e3)
-            rec = StepRecord(step + 1, loss, ms, tps, 100 * flops_per_tok * tps / (peak * 1e12), host_us, lr)
+            tps = tokens_per_step / (ms / 1e3)
+            rec = StepRecord(step + 1, loss, ms, tps, 100 * flops_per_tok * tps / dist.world / (peak * 1e12), host_us, lr)
             trainer.records.append(rec)
             summary["losses"].append(loss)
+            summary["lrs"].append(lr)
             summary["steps"] = step + 1
             ui.step(rec, total)
-            if log:
-                log.write(f"s:{step + 1} trl:{loss:.6f}\n")
-                log.flush()
-        if interrupted["flag"]:
+            log.write(step + 1, "trl", loss)
+            if o.checkpoint_every and (step + 1) % o.checkpoint_every == 0:
+                checkpointed = _checkpoint(trainer, run, step + 1, rng, dist, ui, summary)
+        if halted:
+            if o.checkpoint_every and checkpointed < summary["steps"]:
+                _checkpoint(trainer, run, summary["steps"], rng, dist, ui, summary)
             summary["stopped"] = f"interrupted after step {summary['steps']}"
             ui.note(summary["stopped"])
+        failed = False
     finally:
         signal.signal(signal.SIGINT, old)
-        if log:
-            log.close()
-        ok = summary["stopped"] is None or summary["stopped"].startswith("interrupted")
-        if opts.save and ok:
-            path = trainer.save(opts.save)
+        log.close()
+        if o.save and dist.is_root and not failed:
+            path = trainer.save(o.save)
             summary["saved"] = str(path)
             ui.note(f"saved {path}")
-    summary.update(timing(trainer.records), peak_tflops=peak, peak_memory=trainer.backend.memory(),
-                   graph_nodes=getattr(trainer.steps_graph, "nodes", None))
+        summary.update(timing(trainer.records), peak_tflops=peak, peak_memory=trainer.backend.memory(),
+                       graph_nodes={GRAPH_NAMES[kind]: g.nodes for kind, g in trainer.graphs.items()})
+        if o.json and dist.is_root:
+            formats.atomic_write(o.json, [json.dumps(summary, indent=1, default=str).encode() + b"\n"])
     ui.summary(summary)
     return summary
 
 
+def _checkpoint(trainer: Trainer, run: Run, step: int, rng, dist, ui, summary: dict) -> int:
+    o = run.opts
+    path = checkpoint.save(Path(o.checkpoint_dir), step, trainer.state(step, rng), dist, trainer.save, o.keep)
+    summary["checkpoints"].append(str(path))
+    ui.note(f"checkpoint {path} (step {step})")
+    return step
+
+
 def timing(records: list[StepRecord]) -> dict:
     """Median step figures over steps 10-50 (the first steps warm up and capture the graph)."""
-    window = [r for r in records if 10 <= r.step <= 50] or records[1:] or records
-    if not window:
+    span = [r for r in records if 10 <= r.step <= 50] or records[1:] or records
+    if not span:
         return {}
-    return {"median_ms": float(np.median([r.ms for r in window])),
-            "median_tokens_per_s": float(np.median([r.tokens_per_s for r in window])),
-            "median_mfu": float(np.median([r.mfu for r in window])),
-            "median_host_us": float(np.median([r.host_us for r in window])),
-            "window": f"steps {window[0].step}-{window[-1].step}"}
+    return {"median_ms": float(np.median([r.ms for r in span])),
+            "median_tokens_per_s": float(np.median([r.tokens_per_s for r in span])),
+            "median_mfu": float(np.median([r.mfu for r in span])),
+            "median_host_us": float(np.median([r.host_us for r in span])),
+            "window": f"steps {span[0].step}-{span[-1].step}"}

@@ -1,0 +1,178 @@
+"""The trainer's loop (train/trainer.py) on the CPU: PyCUDA's driver, the kernel backend and the
+graphs are replaced by host stand-ins that run the program through the NumPy references
+(ReferenceBackend, float64), so the loop's bookkeeping is checked without a GPU: micro-steps,
+data windows, learning rates, checkpoints, --keep, and a resume that continues the run exactly."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from train import backends, checkpoint, formats, trainer
+from train.distributed import Launch, Local
+from train.options import TrainOptions, prepare
+
+
+class HostKernels(backends.ReferenceBackend):
+    """KernelBackend's interface on host arrays: device addresses are offsets into a map."""
+
+    live = None
+
+    def __init__(self, program, promoted, comm=None):
+        super().__init__(program)
+        self.base, at = {}, 1 << 20
+        for name, spec in program.buffers.items():
+            self.base[name] = at
+            at += 4 * spec.elems + 4096
+        HostKernels.live = self
+
+    def ptr(self, ref) -> int:
+        return self.base[ref.buffer] + 4 * ref.offset
+
+    def at(self, address: int, n: int) -> np.ndarray:
+        for name, base in self.base.items():
+            if base <= address < base + 4 * self.host[name].size + 1:
+                start = (address - base) // 4
+                return self.host[name][start:start + n]
+        raise AssertionError(f"no buffer at {address:#x}")
+
+    def run(self, calls, stream=None) -> None:
+        super().run(calls)
+        for name, dtype in self.dtypes.items():  # device buffers hold fp32: a checkpoint holds them exactly
+            if dtype == "f32":
+                self.host[name][:] = self.host[name].astype(np.float32)
+
+    def upload(self, name, host, offset=0) -> None:
+        self.host[name][offset:offset + host.size] = host
+
+    def download(self, name, dtype=np.float32, elems=None, offset=0):
+        n = self.host[name].size if elems is None else elems
+        return self.host[name][offset:offset + n].astype(dtype)
+
+    def memory(self):
+        return self.program.memory()
+
+
+class Graph:
+    nodes = 0
+
+    def __init__(self, stream, enqueue):
+        self.enqueue = enqueue
+
+    def launch(self, stream):
+        self.enqueue(stream)
+
+
+class Promoted:
+    manifest: dict = {}
+
+    def __init__(self, deterministic=False):
+        pass
+
+    def stand_ins(self, families):
+        return {}
+
+
+@pytest.fixture
+def host_gpu(monkeypatch):
+    class Stream:
+        handle = 1
+
+        def synchronize(self):
+            pass
+
+    def htod(address, host, stream=None):
+        HostKernels.live.at(address, host.size)[:] = host
+
+    def dtoh(host, address, stream=None):
+        host[...] = HostKernels.live.at(address, host.size).reshape(host.shape)
+
+    device = types.SimpleNamespace(name=lambda: "host")
+    drv = types.SimpleNamespace(Stream=Stream, pagelocked_empty=lambda shape, dtype: np.zeros(shape, dtype),
+                                memcpy_htod_async=htod, memcpy_dtoh_async=dtoh, mem_get_info=lambda: (0, 0),
+                                Context=types.SimpleNamespace(get_device=lambda: device))
+    pycuda = types.ModuleType("pycuda")
+    pycuda.driver = drv
+    for name, module in (("pycuda", pycuda), ("pycuda.driver", drv), ("pycuda.autoprimaryctx", types.ModuleType("x"))):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(backends, "KernelBackend", HostKernels)
+    monkeypatch.setattr(backends, "Graph", Graph)
+    monkeypatch.setattr(backends, "PromotedSet", Promoted)
+    monkeypatch.setattr(trainer, "matmul_peak", lambda kind: 1.0)
+
+
+@pytest.fixture
+def data(tmp_path):
+    rng = np.random.default_rng(0)
+    tokens = (np.arange(3000) * 3 + rng.integers(0, 2, 3000)) % 11  # the micro model's vocabulary
+    formats.write_tokens(tmp_path / "train.bin", tokens)
+    formats.write_tokens(tmp_path / "val.bin", tokens[:200])
+    return {"train_tokens": str(tmp_path / "train.bin"), "val_tokens": str(tmp_path / "val.bin"), "init": "micro",
+            "seq": 8, "sample_every": 0, "val_every": 3, "val_batches": 2, "lr": 1e-2}
+
+
+def run(tmp_path, name, **kw) -> dict:
+    opts = TrainOptions(**{"json": str(tmp_path / f"{name}.json"), **kw})
+    summary = trainer.train(prepare(opts, Launch()), trainer.SilentUI(), Local())
+    assert json.loads((tmp_path / f"{name}.json").read_text())["losses"] == summary["losses"]
+    return summary
+
+
+def test_the_loop_trains_and_logs_in_llmc_format(host_gpu, data, tmp_path):
+    s = run(tmp_path, "a", **data, batch=2, steps=6, log=str(tmp_path / "log.txt"), lr_schedule="cosine", warmup=2)
+    assert len(s["losses"]) == 6 and s["losses"][-1] < s["losses"][0]
+    assert s["lrs"][:3] == [5e-3, 1e-2, 1e-2] and s["lrs"][-1] == 0.0  # warm-up, then cosine down to 0
+    lines = (tmp_path / "log.txt").read_text().splitlines()
+    assert lines[0] == f"s:0 tel:{s['val_losses'][0][1]:.6f}" and f"s:6 trl:{s['losses'][-1]:.6f}" in lines
+
+
+def test_accumulating_two_micro_steps_equals_a_batch_twice_as_large(host_gpu, data, tmp_path):
+    micro = run(tmp_path, "micro", **data, batch=2, total_batch=2 * 2 * 8, steps=4)
+    whole = run(tmp_path, "whole", **data, batch=4, steps=4)
+    assert micro["micro_steps"] == 2
+    np.testing.assert_allclose(micro["losses"], whole["losses"], rtol=1e-11)
+
+
+def test_a_resumed_run_continues_the_run_exactly(host_gpu, data, tmp_path):
+    flags = dict(**data, batch=2, steps=8, weight_decay=0.1, lr_schedule="wsd", warmup=2, checkpoint_every=3,
+                 checkpoint_dir=str(tmp_path / "ck"))
+    whole = run(tmp_path, "whole", **flags, keep=2)
+    assert checkpoint.steps_in(tmp_path / "ck") == [3, 6] and checkpoint.read_latest(tmp_path / "ck") == 6
+    rest = run(tmp_path, "rest", **data, resume=str(tmp_path / "ck" / "model_00000003.bin"),
+               checkpoint_dir=str(tmp_path / "ck"))
+    assert rest["start_step"] == 3 and rest["losses"] == whole["losses"][3:] and rest["lrs"] == whole["lrs"][3:]
+    assert [v for v in rest["val_losses"] if v[0] >= 3] == [v for v in whole["val_losses"] if v[0] >= 3]
+    state = formats.read_state(checkpoint.state_path(tmp_path / "ck", 6, 0))
+    assert state.info["data"]["next_window"] == 6 and state.info["schedule"]["kind"] == "wsd"
+    assert state.m.size == state.num_params and np.abs(state.v).sum() > 0
+
+
+def test_zero_1_on_one_process_trains_as_without(host_gpu, data, tmp_path):
+    a = run(tmp_path, "a", **data, batch=2, steps=3)
+    b = run(tmp_path, "b", **data, batch=2, steps=3, zero=1)
+    assert a["losses"] == b["losses"]
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_model_saved(host_gpu, data, tmp_path, monkeypatch):
+    import signal
+    steps_seen = []
+    original = HostKernels.run
+
+    def run_and_interrupt(self, calls, stream=None):
+        original(self, calls, stream)
+        if self.program.update and calls and calls[-1] is self.program.update[-1]:
+            steps_seen.append(1)
+            if len(steps_seen) == 2:
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C during the second step
+    monkeypatch.setattr(HostKernels, "run", run_and_interrupt)
+    s = run(tmp_path, "a", **data, batch=2, steps=50, checkpoint_every=10, checkpoint_dir=str(tmp_path / "ck"),
+            save=str(tmp_path / "model.bin"))
+    assert s["stopped"] == "interrupted after step 2" and len(s["losses"]) == 2
+    assert checkpoint.read_latest(tmp_path / "ck") == 2 and s["saved"] == str(tmp_path / "model.bin")
+    _, params = formats.read_checkpoint(tmp_path / "model.bin")
+    _, at_two = formats.read_checkpoint(checkpoint.model_path(tmp_path / "ck", 2))
+    assert np.array_equal(params, at_two)

@@ -1,0 +1,297 @@
+"""Many GPUs: `mpirun -np N workbench train ...`, MPI for set-up, NCCL for the gradients.
+
+One process per GPU. Whether we run under MPI is read from the environment the launcher sets
+(`launch_from_env`), so a single GPU never imports mpi4py. Under MPI (`MPIWorld`):
+
+* rank r takes GPU (local rank) % (GPUs on the node), through CUDA_DEVICE, which PyCUDA's
+  autoprimaryctx reads when the trainer first imports it: the device is chosen before any context
+  exists, and cuBLAS and NCCL share that primary context;
+* rank 0 makes an NCCL unique id, mpi4py broadcasts it, every rank joins the communicator
+  (nccl4py's low-level bindings, on raw device pointers and PyCUDA stream handles);
+* the program's collectives (model.py) run through `NcclComm.plan`: a Reduce records an event on
+  the compute stream, the communication stream waits for it and sums that bucket of gradient
+  slices (grouped between ncclGroupStart/End) while the backward goes on; the Join makes the
+  compute stream wait for the communication stream before the update. Events and the second
+  stream are legal inside stream capture (the waiting stream joins the capture), and so are NCCL
+  calls, so the whole step, collectives included, is one CUDA graph;
+* every wait is a watchdog: the host polls an event (or an MPI request) instead of blocking, checks
+  NCCL's asynchronous error, and past --comm-timeout prints one line, aborts the communicator and
+  calls MPI_Abort, which ends every rank. A rank killed outright makes mpirun end the others with
+  SIGTERM, which each turns into one line too. Blocking calls that cannot be polled (the NCCL
+  set-up) run under a timer thread that does the same.
+
+`Local` is the single-process stand-in with the same interface: every collective is the identity.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import TrainError
+from .model import AllGather, AllReduce, Join, Reduce, Slice
+
+# (size, rank, local rank) as each launcher family sets them in its processes' environment.
+LAUNCHERS = (
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),  # Open MPI
+    ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID"),                                    # MPICH, Intel MPI (Hydra)
+    ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK"),     # MVAPICH2
+)
+POLL_S = 1e-4          # host polling interval while waiting for the GPU or MPI
+CHECK_S = 0.05         # how often NCCL's asynchronous error is read while waiting
+PHASES = 30            # rank 0's host-only phases (validation, sampling, saving) may take this many comm timeouts
+SETUP_S = 1800.0       # compiling kernels and joining NCCL (first run: nvcc) may take this long
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process sits: world size, rank, rank on its node, and the variable that said so
+    (None: not launched by MPI)."""
+    world: int = 1
+    rank: int = 0
+    local_rank: int = 0
+    launcher: str | None = None
+
+
+def launch_from_env(env=None) -> Launch:
+    env = os.environ if env is None else env
+    for size_var, rank_var, local_var in LAUNCHERS:
+        if size_var not in env:
+            continue
+        try:
+            world, rank = int(env[size_var]), int(env.get(rank_var, "0"))
+            local = int(env.get(local_var, rank))
+        except ValueError:
+            raise TrainError(f"MPI environment: {size_var}={env[size_var]!r} {rank_var}={env.get(rank_var)!r} "
+                             f"are not integers") from None
+        if world < 1 or not 0 <= rank < world:
+            raise TrainError(f"MPI environment: rank {rank} of {world} ({rank_var}, {size_var}) is impossible")
+        return Launch(world, rank, local, size_var)
+    return Launch()
+
+
+def connect(launch: Launch, comm_timeout: float):
+    """The process group this run belongs to: Local without MPI, else MPIWorld."""
+    return Local() if launch.launcher is None else MPIWorld(launch, comm_timeout)
+
+
+class Local:
+    """One process, one GPU: no MPI, no NCCL; every collective is the identity."""
+
+    world, rank, is_root, under_mpi = 1, 0, True, False
+
+    def select_device(self) -> None:
+        """PyCUDA's default choice (CUDA_DEVICE, else the first usable GPU)."""
+
+    def gpu_comm(self):
+        return None
+
+    def wait(self, stream, what: str) -> None:
+        stream.synchronize()
+
+    def total(self, values: list[float], what: str) -> list[float]:
+        """The sum over the ranks of a few host numbers."""
+        return [float(x) for x in values]
+
+    def barrier(self, what: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class MPIWorld:
+    """This process as rank `rank` of `world` under mpirun (see the module docstring)."""
+
+    under_mpi = True
+
+    def __init__(self, launch: Launch, comm_timeout: float):
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            raise TrainError(f"launched by MPI ({launch.launcher}={launch.world}) but mpi4py is not installed: "
+                             "pip install mpi4py (against the MPI that runs mpirun)") from None
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+        self.world, self.rank = self.comm.Get_size(), self.comm.Get_rank()
+        if (self.world, self.rank) != (launch.world, launch.rank):
+            raise TrainError(f"MPI says rank {self.rank} of {self.world}, the environment ({launch.launcher}) "
+                             f"rank {launch.rank} of {launch.world}: mpi4py is built against another MPI than mpirun's")
+        self.is_root = self.rank == 0
+        self.local_rank = launch.local_rank
+        self.timeout = comm_timeout
+        self.nccl = self.nccl_comm = None
+        self._event = None
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    # -- the GPU -------------------------------------------------------------------------------
+    def select_device(self) -> None:
+        """GPU (local rank) % (GPUs on the node), set before PyCUDA creates its context."""
+        import pycuda.driver as drv
+        if "pycuda.autoprimaryctx" in sys.modules:
+            raise TrainError("the CUDA context exists before this rank chose its GPU (pycuda.autoprimaryctx "
+                             "was imported too early)")
+        drv.init()
+        count = drv.Device.count()
+        if count == 0:
+            raise TrainError(f"rank {self.rank}: no CUDA device")
+        self.device = self.local_rank % count
+        os.environ["CUDA_DEVICE"] = str(self.device)
+
+    def gpu_comm(self) -> "NcclComm":
+        """The NCCL communicator over all ranks; call it once this rank's CUDA context exists."""
+        try:
+            from nccl.bindings import nccl
+        except ImportError:
+            raise TrainError("training on several GPUs needs nccl4py: pip install nccl4py") from None
+        self.nccl = nccl
+        with self.deadline(SETUP_S, "joining the NCCL communicator"):
+            uid = nccl.get_unique_id() if self.is_root else None
+            raw = self.comm.bcast(bytes(uid) if self.is_root else None, root=0)
+            # comm_init_rank takes the id as a writable buffer (a UniqueId, a bytearray), not bytes
+            uid = uid if self.is_root else nccl.UniqueId.from_buffer(bytearray(raw))
+            handle = nccl.comm_init_rank(self.world, uid, self.rank)
+        self.nccl_comm = handle if isinstance(handle, nccl.Comm) else nccl.Comm(handle)
+        return NcclComm(nccl, self.nccl_comm, self.rank, self.world)
+
+    # -- waiting, with a watchdog ----------------------------------------------------------------
+    def wait(self, stream, what: str) -> None:
+        if self._event is None:
+            import pycuda.driver as drv
+            self._event = drv.Event(drv.event_flags.DISABLE_TIMING)
+        self._event.record(stream)
+        self._poll(self._event.query, what, self.timeout)
+
+    def total(self, values: list[float], what: str) -> list[float]:
+        send = np.asarray(values, dtype=np.float64)
+        recv = np.empty_like(send)
+        request = self.comm.Iallreduce(send, recv, op=self.MPI.SUM)
+        self._poll(request.Test, what, self.timeout)
+        return recv.tolist()
+
+    def barrier(self, what: str) -> None:
+        """Every rank waits here for the others, rank 0's host-only phases included."""
+        self._poll(self.comm.Ibarrier().Test, what, PHASES * self.timeout)
+
+    def _poll(self, done, what: str, timeout: float) -> None:
+        start = time.monotonic()
+        check_at = start
+        while not done():
+            now = time.monotonic()
+            if now >= check_at:
+                self._check_nccl(what)
+                if now - start > timeout:
+                    self.fail(f"waited {timeout:g} s for {what}: another rank has died or hangs; stopping every "
+                              f"rank (raise --comm-timeout if this wait is legitimately longer)")
+                check_at = now + CHECK_S
+            time.sleep(POLL_S)
+
+    def _check_nccl(self, what: str) -> None:
+        if self.nccl_comm is None:
+            return
+        err = int(self.nccl.comm_get_async_error(self.nccl_comm))
+        if err not in (int(self.nccl.Result.Success), int(self.nccl.Result.InProgress)):
+            self.fail(f"NCCL failed during {what}: {self.nccl.get_error_string(err)}")
+
+    @contextmanager
+    def deadline(self, seconds: float, what: str):
+        """For a blocking call the host cannot poll: a timer thread fails the run past `seconds`."""
+        timer = threading.Timer(seconds, self.fail, (f"{what} took over {seconds:g} s: another rank has died or "
+                                                     "hangs; stopping every rank",))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    # -- failing and finishing -------------------------------------------------------------------
+    def fail(self, message: str) -> None:
+        """One line, then abort the communicator and the MPI job (every rank ends)."""
+        sys.stderr.write(f"error: rank {self.rank}: {message}\n")
+        sys.stderr.flush()
+        if self.nccl_comm is not None:  # ncclCommAbort may itself wait on a dead peer: not for long
+            t = threading.Thread(target=self.nccl.comm_abort, args=(self.nccl_comm,), daemon=True)
+            t.start()
+            t.join(5.0)
+        try:
+            self.comm.Abort(1)
+        finally:
+            os._exit(1)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        sys.stderr.write(f"error: rank {self.rank}: stopped by SIGTERM (mpirun ends every rank when one fails; "
+                         f"see the first rank's error)\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    def close(self) -> None:
+        """After a run that ended normally on every rank."""
+        if self.nccl_comm is not None:
+            self.barrier("the end of the run")
+            try:
+                self.nccl.comm_finalize(self.nccl_comm)
+                self.nccl.comm_destroy(self.nccl_comm)
+            except Exception:  # noqa: BLE001 - the run is over; nothing to act on
+                pass
+            self.nccl_comm = None
+
+
+class NcclComm:
+    """The program's collectives (model.py) as NCCL calls on raw device pointers. Reduce and Join
+    use a communication stream of their own; AllReduce and AllGather run on the compute stream."""
+
+    def __init__(self, nccl, comm, rank: int, world: int):
+        import pycuda.driver as drv
+        self.drv, self.nccl, self.comm, self.rank, self.world = drv, nccl, comm, rank, world
+        self.stream = drv.Stream()
+        self.dtypes = {"f32": (nccl.DataType.Float32, 4), "bf16": (nccl.DataType.Bfloat16, 2),
+                       "i32": (nccl.DataType.Int32, 4)}
+        self.sum = int(nccl.RedOp.Sum)
+
+    def _call(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as e:  # nccl4py raises NCCLError(status)
+            raise TrainError(f"NCCL {fn.__name__} failed: {e}") from None
+
+    def plan(self, item, ptr, dtypes):
+        """A callable(stream) that enqueues `item`; ptr(Slice) is the slice's device address,
+        dtypes maps buffer names to element types (the gradients' type is the reduction's)."""
+        nccl, drv = self.nccl, self.drv
+        if isinstance(item, Reduce):
+            event = drv.Event(drv.event_flags.DISABLE_TIMING)
+            pieces = [(ptr(s), s.elems, int(self.dtypes[dtypes[s.buffer]][0]), root) for s, root in item.pieces]
+
+            def run(stream):
+                event.record(stream)
+                self.stream.wait_for_event(event)
+                self._call(nccl.group_start)
+                for p, n, dtype, root in pieces:
+                    if root is None:
+                        self._call(nccl.all_reduce, p, p, n, dtype, self.sum, self.comm, self.stream.handle)
+                    else:
+                        self._call(nccl.reduce, p, p, n, dtype, self.sum, root, self.comm, self.stream.handle)
+                self._call(nccl.group_end)
+            return run
+        if isinstance(item, Join):
+            event = drv.Event(drv.event_flags.DISABLE_TIMING)
+
+            def run(stream):
+                event.record(self.stream)
+                stream.wait_for_event(event)
+            return run
+        if isinstance(item, AllReduce):
+            p, n, dtype = ptr(item.ref), item.ref.elems, int(self.dtypes[dtypes[item.ref.buffer]][0])
+            return lambda stream: self._call(nccl.all_reduce, p, p, n, dtype, self.sum, self.comm, stream.handle)
+        if isinstance(item, AllGather):
+            dtype = int(self.dtypes[dtypes[item.buffer]][0])
+            base, mine = ptr(Slice(item.buffer, 0, 0)), ptr(Slice(item.buffer, self.rank * item.shard, item.shard))
+            return lambda stream: self._call(nccl.all_gather, mine, base, item.shard, dtype, self.comm, stream.handle)
+        raise TypeError(f"not a collective: {item!r}")
