@@ -246,3 +246,52 @@ def test_zero_1_shards_the_moments_and_the_update():
             covered[start:end] += 1
         assert isinstance(p.update[1], AllReduce) and isinstance(p.update[-1], AllGather)
     assert (covered == 1).all()
+
+
+def test_the_bf16_program_binds_every_familys_bf16_contract_and_tracks_fp32():
+    """At bf16 every call is wired to its family's bf16 contract (check_wiring would refuse a
+    mismatched dtype or size), reads the bf16 copy of the weights, and a step through the
+    references, with inputs rounded to bf16 where the GPU stores bf16, stays close to fp32."""
+    config = preset("tiny")
+    B, T = 2, 16
+    rng = np.random.default_rng(0)
+    params = fresh_init(config, 0)
+    tokens, targets = (rng.integers(0, config.vocab_size, size=B * T) for _ in range(2))
+    results = {}
+    for precision in ("fp32", "bf16"):
+        program = Program(config, B, T, "flash" if precision == "bf16" else "softmax", precision=precision)
+        backend = ReferenceBackend(program)
+        backend.host["params"][:program.num_params] = params
+        if precision == "bf16":
+            assert program.buffers["grads"].dtype == "bf16" and program.buffers["qkv"].dtype == "bf16"
+            assert program.buffers["ln1_mean"].dtype == "f32" and program.buffers["m"].dtype == "f32"
+            assert {c.precision for c in program.calls} == {"bf16"}
+            assert all(ref.buffer != "params" for c in program.forward if hasattr(c, "args") for ref in c.args.values())
+            backend.host["params_bf16"][:] = backend.host["params"]
+        backend.host["tokens"][:] = tokens
+        backend.host["targets"][:] = targets
+        backend.host["optimizer_scalars"][:] = (1e-3, 0.9, 0.999, 1e-8, 0.0, 1)
+        backend.run(program.zero_grads + program.forward + program.loss + program.backward + program.update)
+        results[precision] = backend
+    fp, bf = results["fp32"], results["bf16"]
+    assert abs(bf.host["losses"].mean() - fp.host["losses"].mean()) < 1e-2 * fp.host["losses"].mean()
+    g32, g16 = fp.host["grads"], bf.host["grads"]
+    assert np.abs(g16 - g32).max() < 0.1 * np.abs(g32).max()
+    # the mixed-precision AdamW updated the fp32 master and wrote the same values into the bf16 copy
+    np.testing.assert_allclose(bf.host["params_bf16"], bf.host["params"], rtol=0, atol=0)
+    assert not np.allclose(bf.host["params"][:len(params)], params)
+
+
+def test_attention_choices_that_do_not_exist_are_refused_before_any_gpu_work():
+    from train.errors import TrainError
+    config = preset("tiny")
+    with pytest.raises(TrainError, match="cudnn needs --precision bf16"):
+        Program(config, 1, 8, "cudnn")
+    with pytest.raises(TrainError, match="relu has no bf16"):
+        Program(config, 1, 8, "relu", precision="bf16")
+    with pytest.raises(TrainError, match="needs --tf32"):
+        Program(config, 1, 8, "flash", tf32=False)
+    p = Program(config, 1, 8, "flash")
+    assert {c.variant for c in p.calls if c.family.startswith("attention")} == {"tf32"}
+    p = Program(config, 1, 8, "cudnn", precision="bf16")
+    assert {c.variant for c in p.calls if c.family.startswith("attention")} == {"cudnn"}

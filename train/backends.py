@@ -25,7 +25,7 @@ from workbench.family import Family, Project, Version, load_version
 from workbench.promote import DETERMINISTIC, MANIFEST, PromoteError, entry_key, read_manifest, sha256
 
 from .errors import TrainError
-from .model import AllGather, AllReduce, Call, Join, Program, Reduce, Slice, Zero, promotion_sizes
+from .model import ITEMSIZE, AllGather, AllReduce, Call, Join, Program, Reduce, Slice, Zero, promotion_sizes
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 COLLECTIVES = (Reduce, Join, AllReduce, AllGather)
@@ -59,50 +59,57 @@ class PromotedSet:
             raise TrainError(str(e)) from None
         self._versions: dict[str, Version] = {}
 
-    def entry(self, family: str) -> dict:
-        if family not in self.manifest:
-            raise TrainError(f"the trainer needs {family}, but no version of it is promoted "
-                             f"(workbench promote {family} VERSION)")
-        main = self.manifest[family]
+    def entry(self, family: str, precision: str = "fp32", variant: str | None = None) -> dict:
+        """The manifest entry serving `family` at `precision`: the variant asked for (the run's
+        choice of attention), or the family's own; with deterministic=True, its deterministic
+        stand-in where that entry adds floats with atomics."""
+        key = entry_key(family, precision, variant)
+        if key not in self.manifest:
+            how = (f"workbench promote {family} VERSION" + (" (a bf16 version)" if precision != "fp32" else "")
+                   if not variant else f"workbench promote --best RESULTS.json, after a bench with the {variant} version")
+            raise TrainError(f"the trainer needs {key}, but no version of it is promoted ({how})")
+        main = self.manifest[key]
         if not self.deterministic or is_deterministic(main):
             return main
-        stand_in = self.manifest.get(entry_key(family, variant=DETERMINISTIC))
+        stand_in = self.manifest.get(entry_key(family, precision, DETERMINISTIC))
         if stand_in is None:
-            raise TrainError(f"--deterministic: the promoted {family} (version {main['version']}) adds floats with "
+            raise TrainError(f"--deterministic: the promoted {key} (version {main['version']}) adds floats with "
                              f"atomics in any order and no deterministic stand-in is promoted: run `workbench promote "
-                             f"{family} {self._deterministic_candidate(family)} --deterministic`")
+                             f"{family} {self._deterministic_candidate(family, precision)} --deterministic`")
         return stand_in
 
-    def _deterministic_candidate(self, family: str) -> str:
-        """The highest fp32 version that can serve the trainer's shapes and whose header does not
-        say its float atomics make it nondeterministic (once any header says so)."""
+    def _deterministic_candidate(self, family: str, precision: str = "fp32") -> str:
+        """The highest version at `precision` that can serve the trainer's shapes and whose header
+        does not say its float atomics make it nondeterministic (once any header says so)."""
         try:
             fam = self.project.family(family)
-            versions = [v for v in fam.versions if v.precision == "fp32"]
+            versions = [v for v in fam.versions if v.precision == precision]
             sizes = promotion_sizes(family, fam.sizes)
         except WorkbenchError:
             return "VERSION"
         good = [v.number for v in versions if v.deterministic and not any(v.unmet(s) for s in sizes)]
         return str(good[-1]) if good and any(not v.deterministic for v in versions) else "VERSION"
 
-    def stand_ins(self, families) -> dict[str, dict]:
+    def stand_ins(self, families, precision: str = "fp32") -> dict[str, dict]:
         """family -> the @deterministic entry that serves it in place of its promoted version."""
-        return {f: self.entry(f) for f in families if self.entry(f) is not self.manifest.get(f)}
+        return {f: self.entry(f, precision) for f in families
+                if self.entry(f, precision) is not self.manifest.get(entry_key(f, precision))}
 
-    def version(self, family: str) -> Version:
-        if family not in self._versions:
-            e = self.entry(family)
+    def version(self, family: str, precision: str = "fp32", variant: str | None = None) -> Version:
+        key = (family, precision, variant)
+        if key not in self._versions:
+            e = self.entry(family, precision, variant)
             path = self.dir / e["file"]
             if not path.exists():
                 raise TrainError(f"{path} is missing (the manifest lists it for {family}); promote it again")
             if sha256(path) != e["sha256"]:
                 raise TrainError(f"{path} was edited after it was promoted (its hash no longer matches "
                                  f"{self.dir / MANIFEST}); promote {family} again instead of editing the frozen copy")
-            self._versions[family] = load_version(self.project.family(family), e["version"], path)
-        return self._versions[family]
+            self._versions[key] = load_version(self.project.family(family), e["version"], path)
+        return self._versions[key]
 
-    def block_size(self, family: str) -> int | None:
-        return self.entry(family).get("block_size")
+    def block_size(self, family: str, precision: str = "fp32", variant: str | None = None) -> int | None:
+        return self.entry(family, precision, variant).get("block_size")
 
 
 def _family_sizes(family: Family, call: Call) -> dict[str, int]:
@@ -121,8 +128,9 @@ def _call_params(family: Family, call: Call) -> dict[str, Any]:
 
 
 def check_wiring(family: Family, call: Call, sizes: dict[str, int], dtypes: dict[str, str]) -> None:
-    """Every contract argument is bound to a slice of exactly its size and dtype."""
-    for arg in family.args:
+    """Every contract argument (at the call's precision) is bound to a slice of exactly its size and dtype."""
+    args = family.args_for(call.precision)
+    for arg in args:
         if arg.name not in call.args:
             raise TrainError(f"{call.label}: {family.name} needs {arg.name!r}, the program binds "
                              f"{', '.join(call.args)}")
@@ -131,7 +139,7 @@ def check_wiring(family: Family, call: Call, sizes: dict[str, int], dtypes: dict
         if ref.elems != want or dtypes[ref.buffer] != arg.dtype:
             raise TrainError(f"{call.label}: {family.name}.{arg.name} is {arg.dtype}[{want}], the program binds "
                              f"{dtypes[ref.buffer]}[{ref.elems}] of {ref.buffer}")
-    extra = set(call.args) - {a.name for a in family.args}
+    extra = set(call.args) - {a.name for a in args}
     if extra:
         raise TrainError(f"{call.label}: {family.name} has no argument(s) {', '.join(sorted(extra))}")
 
@@ -144,12 +152,17 @@ class ReferenceBackend:
         self._run_reference = run_reference
         self.program = program
         self.project = project or Project()
-        self.host = {name: np.zeros(spec.elems, dtype=np.float64 if spec.dtype == "f32" else np.int64)
+        self.host = {name: np.zeros(spec.elems, dtype=np.int64 if spec.dtype == "i32" else np.float64)
                      for name, spec in program.buffers.items()}
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
 
     def view(self, ref: Slice) -> np.ndarray:
         return self.host[ref.buffer][ref.offset:ref.offset + ref.elems]
+
+    @staticmethod
+    def _as_stored(values: np.ndarray, dtype: str) -> np.ndarray:
+        from workbench.check import to_storage
+        return to_storage(values.astype(np.float32), "bf16") if dtype == "bf16" else values
 
     def run(self, calls) -> None:
         for call in calls:
@@ -162,11 +175,12 @@ class ReferenceBackend:
             family = self.project.family(call.family)
             sizes = _family_sizes(family, call)
             check_wiring(family, call, sizes, self.dtypes)
-            inputs = {a.name: self.view(call.args[a.name]).reshape(family.shape(a, sizes))
-                      for a in family.args if a.is_input}
+            # A bf16 argument is read as bf16 holds it (rounded); outputs stay float64.
+            inputs = {a.name: self._as_stored(self.view(call.args[a.name]).reshape(family.shape(a, sizes)), a.dtype)
+                      for a in family.args_for(call.precision) if a.is_input}
             env_params = _call_params(family, call)
             fam = family if not env_params else _with_params(family, env_params)
-            outputs = self._run_reference(fam, sizes, inputs)
+            outputs = self._run_reference(fam, sizes, inputs, call.precision)
             for name, value in outputs.items():
                 self.view(call.args[name])[:] = value.ravel()
 
@@ -210,22 +224,23 @@ class KernelBackend:
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
         self.allocs = {}
         for name, spec in program.buffers.items():
-            self.allocs[name] = drv.mem_alloc(max(4, spec.elems * 4))
-            drv.memset_d32(self.allocs[name], 0, max(1, spec.elems))
+            nbytes = -(-spec.elems * ITEMSIZE[spec.dtype] // 4) * 4
+            self.allocs[name] = drv.mem_alloc(max(4, nbytes))
+            drv.memset_d32(self.allocs[name], 0, max(1, nbytes // 4))
         self.modules: dict[str, tuple] = {}
         # Scratch is shared by every call of a family: the calls run one after another on one stream.
         scratch_need: dict[tuple[str, str], tuple[int, str]] = {}
         prepared = []
         for call in program.calls:
             family = project.family(call.family)
-            version = promoted.version(call.family)
+            version = promoted.version(call.family, call.precision, call.variant)
             sizes = _family_sizes(family, call)
             check_wiring(family, call, sizes, self.dtypes)
             unmet = version.unmet(sizes)
             if unmet:
                 raise TrainError(f"{call.label}: the promoted {version.label} requires {' and '.join(unmet)}, "
                                  f"which {family.format_sizes(sizes)} violates; promote another version")
-            bs = promoted.block_size(call.family)
+            bs = promoted.block_size(call.family, call.precision, call.variant)
             for name, (nbytes, dtype) in scratch_sizes(version, sizes, bs, _call_params(family, call)).items():
                 key = (call.family, name)
                 scratch_need[key] = (max(nbytes, scratch_need.get(key, (0, dtype))[0]), dtype)
@@ -234,12 +249,12 @@ class KernelBackend:
         self.scratch_bytes = sum(n for n, _ in scratch_need.values())
         self.plans: dict[int, PlannedCall] = {}
         for call, family, version, sizes, bs in prepared:
-            if call.family not in self.modules:
+            if version.path not in self.modules:
                 module, resources, _ = wb_compile.load_module(version.path)
-                self.modules[call.family] = (module, resources)
-            module, resources = self.modules[call.family]
-            buffers = {name: DeviceBuffer(int(self.allocs[ref.buffer]) + 4 * ref.offset, 4 * ref.elems,
-                                    family.arg(name).dtype) for name, ref in call.args.items()}
+                self.modules[version.path] = (module, resources)
+            module, resources = self.modules[version.path]
+            buffers = {name: DeviceBuffer(self.ptr(ref), ITEMSIZE[self.dtypes[ref.buffer]] * ref.elems,
+                                          self.dtypes[ref.buffer]) for name, ref in call.args.items()}
             for (fam_name, sname), (nbytes, dtype) in scratch_need.items():
                 if fam_name == call.family:
                     buffers[sname] = DeviceBuffer(int(self.scratch[(fam_name, sname)]), nbytes, dtype)
@@ -247,14 +262,15 @@ class KernelBackend:
             self.plans[id(call)] = PlannedCall(call.label, call.family, plan)
 
     def ptr(self, ref: Slice) -> int:
-        return int(self.allocs[ref.buffer]) + 4 * ref.offset
+        return int(self.allocs[ref.buffer]) + ITEMSIZE[self.dtypes[ref.buffer]] * ref.offset
 
     def steps(self, calls) -> list[PlannedCall]:
         out = []
         for call in calls:
             if isinstance(call, Zero):
                 ptr, n = self.ptr(call.ref), call.ref.elems
-                out.append(PlannedCall(call.label, None, lambda s, ptr=ptr, n=n: self.drv.memset_d32_async(ptr, 0, n, s)))
+                memset = self.drv.memset_d16_async if self.dtypes[call.ref.buffer] == "bf16" else self.drv.memset_d32_async
+                out.append(PlannedCall(call.label, None, lambda s, ptr=ptr, n=n, memset=memset: memset(ptr, 0, n, s)))
             elif isinstance(call, COLLECTIVES):
                 out.append(self._collective(call))
             else:
@@ -277,13 +293,21 @@ class KernelBackend:
             step.run(stream)
 
     def upload(self, name: str, host: np.ndarray, offset: int = 0) -> None:
-        self.drv.memcpy_htod(int(self.allocs[name]) + 4 * offset, np.ascontiguousarray(host))
+        """Values into a buffer (a bf16 one gets them rounded to bf16)."""
+        from workbench.check import to_storage
+        dtype = self.dtypes[name]
+        data = (to_storage(np.asarray(host, dtype=np.float32), "bf16") if dtype == "bf16"
+                else np.asarray(host, dtype=np.int32 if dtype == "i32" else np.float32))
+        self.drv.memcpy_htod(self.ptr(Slice(name, offset, 0)), np.ascontiguousarray(data))
 
     def download(self, name: str, dtype=np.float32, elems: int | None = None, offset: int = 0) -> np.ndarray:
+        """A buffer's values (a bf16 one widened to float32)."""
+        from workbench.check import from_storage
         n = self.program.buffers[name].elems if elems is None else elems
-        out = np.empty(n, dtype=dtype)
-        self.drv.memcpy_dtoh(out, int(self.allocs[name]) + 4 * offset)
-        return out
+        stored = self.dtypes[name]
+        out = np.empty(n, dtype=np.uint16 if stored == "bf16" else dtype)
+        self.drv.memcpy_dtoh(out, self.ptr(Slice(name, offset, 0)))
+        return from_storage(out, "bf16") if stored == "bf16" else out
 
     def memory(self) -> dict[str, int]:
         return {**self.program.memory(), "scratch (shared per family)": self.scratch_bytes}

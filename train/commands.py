@@ -85,18 +85,25 @@ def promote(project, family, version, block_size, results, timeout, deterministi
         session.progress = lambda text: status.update(escape(text))
         session.device()
         for (fam_name, precision), candidates in wanted.items():
-            try:
-                done = pm.promote_best(session, candidates, _trainer_sizes(project.family(fam_name)),
-                                       KERNELS_DIR, PROMOTION_SHAPES, variant)
-            except pm.PromoteError as e:
-                failures += 1
-                err_console.print(f"[bold red]not promoted:[/] {escape(str(e))}")
-                continue
-            e, prev = done.entry, done.previous
-            was = f"was {prev['version']} at block {prev['block_size']}" if prev else "new"
-            console.print(f"[green]promoted[/] {pm.entry_key(fam_name, precision, variant)} {e['version']} "
-                          f"({escape(e['title'])}, {precision}) at block "
-                          f"size {e['block_size']}: {report.fmt_us(e['median_us'])} at {e['timed_at']} [dim]({was})[/]")
+            # --best: the family's own entry and one per named variant among the candidates (tf32, cudnn);
+            # one version: the entry it belongs to
+            if results:
+                entries = [variant] if variant else [None, *sorted({v.variant for v, _ in candidates if v.variant})]
+            else:
+                entries = [variant or candidates[0][0].variant]
+            for entry in entries:
+                try:
+                    done = pm.promote_best(session, candidates, _trainer_sizes(project.family(fam_name)),
+                                           KERNELS_DIR, PROMOTION_SHAPES, entry)
+                except pm.PromoteError as e:
+                    failures += 1
+                    err_console.print(f"[bold red]not promoted:[/] {escape(str(e))}")
+                    continue
+                e, prev = done.entry, done.previous
+                was = f"was {prev['version']} at block {prev['block_size']}" if prev else "new"
+                console.print(f"[green]promoted[/] {pm.entry_key(fam_name, precision, e.get('variant'))} {e['version']} "
+                              f"({escape(e['title'])}) at block size {e['block_size']}: "
+                              f"{report.fmt_us(e['median_us'])} at {e['timed_at']} [dim]({was})[/]")
     if failures:
         sys.exit(1)
 
@@ -163,8 +170,14 @@ SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
 @click.option("--init", default="d12", show_default=True, help="Checkpoint (v3 fp32 / v5 bf16) or fresh model: d12, d24, d36, d48, tiny.")
 @click.option("--steps", type=StepCount(), default=-1, show_default=True,
               help="Optimizer steps; -1: one epoch of the training file.")
-@click.option("--attention", type=click.Choice(["softmax", "relu"]), default="softmax", show_default=True)
-@click.option("--tf32/--no-tf32", default=True, show_default=True, help="TF32 tensor cores for the matmuls.")
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="bf16: bf16 activations, weights and gradients on the promoted bf16 kernels, fp32 master weights "
+                   "and optimizer state, logits' loss in fp32.")
+@click.option("--attention", type=click.Choice(["softmax", "flash", "cudnn", "relu"]),
+              help="softmax: the promoted attention at the precision (fp32: CUDA cores, exact); flash: our tensor-core "
+                   "flash attention (fp32: its TF32 variant); cudnn: cuDNN's (bf16); relu: ReLU attention (fp32) "
+                   "[default: softmax at fp32, flash at bf16].")
+@click.option("--tf32/--no-tf32", default=True, show_default=True, help="TF32 tensor cores for the fp32 matmuls.")
 @click.option("--save", type=click.Path(dir_okay=False), help="Write a v3 checkpoint here at the end (and on Ctrl-C).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True, help="Seed of a fresh init.")
 @click.option("--lr-schedule", type=click.Choice(SCHEDULES), default="constant", show_default=True,

@@ -47,6 +47,8 @@ class Call:
     args: dict[str, Slice]
     params: dict[str, Any] = field(default_factory=dict)
     label: str = ""
+    precision: str = "fp32"       # which of the family's promoted versions serves it: fp32 or bf16
+    variant: str | None = None    # a named alternative the run asked for ("tf32", "cudnn"), if any
 
 
 @dataclass
@@ -117,9 +119,29 @@ class BufferDecl:
     dtype: str = "f32"
 
 
+ITEMSIZE = {"f32": 4, "i32": 4, "bf16": 2}
+PRECISIONS = ("fp32", "bf16")
+
 # The families each attention kind uses.
 ATTENTION = {"softmax": ("attention_forward", "attention_backward"),
+             "flash": ("attention_forward", "attention_backward"),
+             "cudnn": ("attention_forward", "attention_backward"),
              "relu": ("relu_attention_forward", "relu_attention_backward")}
+
+
+def attention_variant(attention: str, precision: str) -> str | None:
+    """Which promoted entry of the attention families a run uses. softmax: the family's promoted
+    version at the run's precision (fp32: the CUDA-core flash kernel, exact); flash: our
+    tensor-core flash attention (bf16: that is the bf16 entry; fp32: its TF32 variant); cudnn:
+    cuDNN's fused attention (bf16 only). A combination that does not exist is a TrainError."""
+    from .errors import TrainError
+    if attention == "cudnn" and precision != "bf16":
+        raise TrainError("--attention cudnn needs --precision bf16 (cuDNN's fused attention has no fp32 path)")
+    if attention == "relu" and precision != "fp32":
+        raise TrainError("--attention relu has no bf16 versions yet: use --precision fp32")
+    if attention == "flash" and precision == "fp32":
+        return "tf32"
+    return "cudnn" if attention == "cudnn" else None
 
 
 class Program:
@@ -134,9 +156,17 @@ class Program:
 
     def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
                  micro_steps: int = 1, world: int = 1, rank: int = 0, zero: int = 0, weight_decay: bool = False,
-                 grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS):
+                 grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS, precision: str = "fp32"):
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
+        self.precision = precision
+        self.attention_variant = attention_variant(attention, precision)
+        if self.attention_variant == "tf32" and not tf32:
+            from .errors import TrainError
+            raise TrainError("--attention flash at fp32 runs on TF32 tensor cores: it needs --tf32 "
+                             "(--attention softmax is the exact fp32 one)")
         if not (micro_steps >= 1 and world >= 1 and 0 <= rank < world and zero in (0, 1) and grad_clip >= 0):
             raise ValueError(f"bad step geometry: micro_steps={micro_steps} world={world} rank={rank} zero={zero} "
                              f"grad_clip={grad_clip}")
@@ -171,8 +201,11 @@ class Program:
         return Slice(name, layer * per, per)
 
     def param(self, name: str, layer: int | None = None, grads: bool = False) -> Slice:
+        """A parameter tensor (one layer's slice of a per-layer one) as the forward and backward
+        read it: the fp32 parameters, or at bf16 their bf16 copy (AdamW updates the fp32 master
+        and rewrites the copy)."""
         t = self.layout[name]
-        buf = "grads" if grads else "params"
+        buf = "grads" if grads else self.compute_params
         if layer is None:
             return Slice(buf, t.offset, t.size)
         per = t.size // self.config.num_layers
@@ -187,8 +220,13 @@ class Program:
         C, L, NH, Vp, V = cfg.channels, cfg.num_layers, cfg.num_heads, cfg.padded_vocab_size, cfg.vocab_size
         HS = C // NH
         BT, BTC = B * T, B * T * C
-        for name in ("params", "grads"):
-            self._buf(name, self.padded_params)
+        bf = self.precision == "bf16"
+        act = "bf16" if bf else "f32"  # activations, their gradients and the parameter gradients
+        self.compute_params = "params_bf16" if bf else "params"
+        self._buf("params", self.padded_params)  # fp32: the master weights AdamW updates
+        if bf:
+            self._buf("params_bf16", self.padded_params, "bf16")
+        self._buf("grads", self.padded_params, act)
         for name in ("m", "v"):
             self._buf(name, self.shard_elems)
         self._buf("tokens", BT, "i32")
@@ -197,17 +235,18 @@ class Program:
         if self.weight_decay:
             self._buf("optimizer_scalars_no_decay", 6)  # the same with weight_decay 0: for all but the matrices
         self._buf("norm2", 1)
-        self._buf("zeros", Vp)  # the lm head has no bias
-        self._buf("encoded", BTC)
+        self._buf("zeros", Vp, act)  # the lm head has no bias
+        self._buf("encoded", BTC, act)
+        stats = ("ln1_mean", "ln1_rstd", "ln2_mean", "ln2_rstd", "lse", "lnf_mean", "lnf_rstd", "losses")
         for name, elems in (("ln1", BTC), ("ln1_mean", BT), ("ln1_rstd", BT), ("qkv", 3 * BTC),
                             ("atty", BTC), ("lse", B * NH * T), ("attproj", BTC), ("residual2", BTC),
                             ("ln2", BTC), ("ln2_mean", BT), ("ln2_rstd", BT), ("fch", 4 * BTC),
                             ("fch_gelu", 4 * BTC), ("fcproj", BTC), ("residual3", BTC)):
-            self._buf(name, elems, per_layer=True)
+            self._buf(name, elems, "f32" if name in stats else act, per_layer=True)
         for name, elems in (("lnf", BTC), ("lnf_mean", BT), ("lnf_rstd", BT), ("logits", BT * Vp),
                             ("losses", BT), ("dresidual", BTC), ("dln", BTC), ("datty", BTC),
                             ("dqkv", 3 * BTC), ("dfch", 4 * BTC), ("dfch_gelu", 4 * BTC)):
-            self._buf(name, elems)
+            self._buf(name, elems, "f32" if name in stats else act)
 
         tf32 = {"tf32": int(self.tf32)}
         att_fwd, att_bwd = ATTENTION[self.attention]
@@ -224,7 +263,7 @@ class Program:
         f = self.forward
         f.append(Call("encoder_forward", {**bt, "C": C, "V": Vp},
                       {"out": self.at("encoded"), "inp": self.at("tokens"), "wte": self.param("wte"),
-                       "wpe": Slice("params", self.layout["wpe"].offset, T * C)}, label="embed"))
+                       "wpe": Slice(self.compute_params, self.layout["wpe"].offset, T * C)}, label="embed"))
         f.append(Call("layernorm_forward", {**bt, "C": C},
                       {"out": self.at("ln1", 0), "mean": self.at("ln1_mean", 0), "rstd": self.at("ln1_rstd", 0),
                        "inp": self.at("encoded"), "weight": self.param("ln1w", 0), "bias": self.param("ln1b", 0)},
@@ -233,7 +272,7 @@ class Program:
             f.append(mm(self.at("qkv", l), self.at("ln1", l), self.param("qkvw", l), self.param("qkvb", l), C, 3 * C,
                         f"layer {l} qkv"))
             att_args = {"out": self.at("atty", l), "qkv": self.at("qkv", l)}
-            if self.attention == "softmax":
+            if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
                 att_args["lse"] = self.at("lse", l)
             f.append(Call(att_fwd, {**bt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
             f.append(mm(self.at("attproj", l), self.at("atty", l), self.param("attprojw", l), self.param("attprojb", l),
@@ -302,7 +341,7 @@ class Program:
             b += mm_back(self.at("datty"), self.grad("attprojw", l), self.grad("attprojb", l), self.at("dresidual"),
                          self.at("atty", l), self.param("attprojw", l), C, C, f"layer {l} attproj")
             att_args = {"dqkv": self.at("dqkv"), "dout": self.at("datty"), "qkv": self.at("qkv", l)}
-            if self.attention == "softmax":
+            if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
                 att_args.update(out=self.at("atty", l), lse=self.at("lse", l))
             b.append(Call(att_bwd, {**bt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
             b += mm_back(self.at("dln"), self.grad("qkvw", l), self.grad("qkvb", l), self.at("dqkv"), self.at("ln1", l),
@@ -315,6 +354,11 @@ class Program:
                        "dout": self.at("dresidual"), "inp": self.at("tokens")}, label="embed"))
 
         self._build_update()
+        # Every call runs at the program's precision; the attention calls in the variant asked for.
+        for call in self.calls:
+            call.precision = self.precision
+            if call.family in (att_fwd, att_bwd):
+                call.variant = self.attention_variant
 
     def _build_update(self) -> None:
         """Clip by the global norm inside AdamW, over this rank's shard of the real parameters."""
@@ -333,13 +377,16 @@ class Program:
         for start, end, decay in self.update_runs():
             n = end - start
             hp = "optimizer_scalars" if decay or not self.weight_decay else "optimizer_scalars_no_decay"
-            u.append(Call("adamw", {"N": n},
-                          {"params": Slice("params", start, n), "grads": Slice("grads", start, n),
-                           "m": Slice("m", start - lo, n), "v": Slice("v", start - lo, n),
-                           "hp": self.at(hp), "norm2": self.at("norm2")},
-                          {"max_norm": max_norm}, "adamw" + (" (decay)" if decay else "")))
+            args = {"params": Slice("params", start, n), "grads": Slice("grads", start, n),
+                    "m": Slice("m", start - lo, n), "v": Slice("v", start - lo, n),
+                    "hp": self.at(hp), "norm2": self.at("norm2")}
+            if self.precision == "bf16":  # the mixed-precision AdamW also rewrites the bf16 copy
+                args["params_bf16"] = Slice("params_bf16", start, n)
+            u.append(Call("adamw", {"N": n}, args, {"max_norm": max_norm}, "adamw" + (" (decay)" if decay else "")))
         if self.zero:
             u.append(AllGather("params", self.shard_elems, "gather the updated shards"))
+            if self.precision == "bf16":
+                u.append(AllGather("params_bf16", self.shard_elems, "gather the updated shards' bf16 copies"))
 
     def update_runs(self) -> list[tuple[int, int, bool]]:
         """[start, end) runs of this rank's shard of the parameters, each with or without weight
@@ -423,7 +470,7 @@ class Program:
         return out
 
     def memory(self) -> dict[str, int]:
-        return {name: spec.elems * 4 for name, spec in self.buffers.items()}
+        return {name: spec.elems * ITEMSIZE[spec.dtype] for name, spec in self.buffers.items()}
 
 
 def flops_per_token(config: GPT2Config, T: int) -> int:
@@ -441,7 +488,7 @@ def promotion_sizes(family_name: str, family_sizes: tuple[str, ...]) -> list[dic
     `workbench promote` re-checks a version at."""
     from .config import preset
     out: list[dict[str, int]] = []
-    for kind in ATTENTION:
+    for kind in ("softmax", "relu"):  # the two sets of attention families (flash and cudnn: softmax's)
         program = Program(preset(PROMOTION_SHAPES["config"]), PROMOTION_SHAPES["B"], PROMOTION_SHAPES["T"], kind)
         for sizes in program.family_sizes().get(family_name, []):
             own = {k: v for k, v in sizes.items() if k in family_sizes}

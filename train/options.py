@@ -19,6 +19,7 @@ from . import checkpoint, formats
 from .config import GPT2Config, PRESETS
 from .distributed import Launch
 from .errors import TrainError, bad_option
+from .model import attention_variant
 from .schedule import Schedule
 
 DATA_DIR = Path("data")
@@ -26,7 +27,7 @@ DATA_DIR = Path("data")
 # What a resumed run keeps from its checkpoint (with the flag that sets it): an option given
 # explicitly with another value is refused; --steps alone may change (a longer run).
 KEPT = {"batch": "--batch-size", "seq": "--seq-len", "total_batch": "--total-batch", "zero": "--zero",
-        "attention": "--attention", "tf32": "--tf32", "lr": "--lr", "lr_schedule": "--lr-schedule",
+        "attention": "--attention", "precision": "--precision", "tf32": "--tf32", "lr": "--lr", "lr_schedule": "--lr-schedule",
         "warmup": "--warmup", "final_lr_frac": "--final-lr-frac", "decay_frac": "--decay-frac",
         "beta1": "--beta1", "beta2": "--beta2", "eps": "--eps", "weight_decay": "--weight-decay",
         "grad_clip": "--grad-clip", "seed": "--seed"}
@@ -50,7 +51,8 @@ class TrainOptions:
     gen_tokens: int = 64
     init: str = "d12"
     steps: int = -1               # -1: one epoch of the training file
-    attention: str = "softmax"
+    attention: str | None = None  # softmax, flash, cudnn, relu (None: softmax at fp32, flash at bf16)
+    precision: str = "fp32"       # fp32, or bf16 (mixed: fp32 master weights and optimizer state)
     tf32: bool = True
     save: str | None = None
     seed: int = 0
@@ -130,6 +132,15 @@ def prepare(opts: TrainOptions, launch: Launch) -> Run:
         raise bad_option("--steps", f"the checkpoint is at step {resume.step} of {steps}: nothing left to train "
                                     f"(give a larger --steps)")
     check_schedule_options(opts)
+    if opts.attention is None:
+        opts = dataclasses.replace(opts, attention="flash" if opts.precision == "bf16" else "softmax")
+    try:
+        variant = attention_variant(opts.attention, opts.precision)
+    except TrainError as e:
+        raise bad_option("--attention", str(e)) from None
+    if variant == "tf32" and not opts.tf32:
+        raise bad_option("--attention", "flash at fp32 runs on TF32 tensor cores: it needs --tf32 "
+                                        "(--attention softmax is the exact fp32 one)")
     schedule = Schedule(opts.lr_schedule, opts.lr, steps, opts.warmup, opts.final_lr_frac, opts.decay_frac)
     return Run(opts, launch, config, micro_steps, steps, schedule, resume)
 

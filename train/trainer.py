@@ -113,12 +113,15 @@ class Trainer:
         self.drv = drv
         self.M = self.run.micro_steps
         self.program = Program(self.config, o.batch, o.seq, o.attention, o.tf32, micro_steps=self.M, world=d.world,
-                               rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip)
+                               rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
+                               precision=o.precision)
         self.promoted = PromotedSet(deterministic=o.deterministic)
         self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm())
         padded = np.zeros(self.program.padded_params, dtype=np.float32)
         padded[:self.params.size] = self.params
         self.backend.upload("params", padded)
+        if "params_bf16" in self.program.buffers:  # bf16: the copy the forward and backward read
+            self.backend.upload("params_bf16", padded)
         self.stream = drv.Stream()
         BT = o.batch * o.seq
         # Pinned host buffers, one row per micro-step: the batches and the optimizer scalars go up
@@ -219,11 +222,8 @@ class Trainer:
             x[:len(tokens)] = tokens
             self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("tokens")), x, self.stream)
             self._replay(self.forward_graph, self._enqueue_forward)
-            row = np.empty(Vp, dtype=np.float32)
             t = len(tokens) - 1
-            self.drv.memcpy_dtoh_async(row, self.backend.ptr(self.program.at("logits")) + 4 * t * Vp, self.stream)
-            self.stream.synchronize()
-            logits = row[:V].astype(np.float64)
+            logits = self.backend.download("logits", elems=Vp, offset=t * Vp)[:V].astype(np.float64)
             probs = np.exp(logits - logits.max())
             probs /= probs.sum()
             tokens.append(int(rng.choice(V, p=probs)))
@@ -367,8 +367,9 @@ def train(run: Run, ui, dist) -> dict:
     if run.resume:
         trainer.restore(run.resume, rng)
         start = run.resume.step
-    peak = matmul_peak("tf32" if o.tf32 else "fp32") if dist.is_root else math.nan
-    ui.device_line(trainer.drv.Context.get_device().name(), o.tf32, peak)
+    peak_kind = "bf16" if o.precision == "bf16" else ("tf32" if o.tf32 else "fp32")
+    peak = matmul_peak(peak_kind) if dist.is_root else math.nan
+    ui.device_line(trainer.drv.Context.get_device().name(), peak_kind, peak)
     ui.memory_table(trainer.backend.memory())
     _notes(trainer, run, ui)
     dist.barrier("the other ranks' set-up (compiling, capturing)")

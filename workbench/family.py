@@ -151,6 +151,10 @@ class Version:
     # False for a version whose float results depend on the order atomics land in: it gives
     # slightly different bits from run to run. `train --deterministic` never uses one.
     deterministic: bool = True
+    # A named alternative a user chooses explicitly rather than the fastest-wins default: "tf32"
+    # (tensor cores on fp32 data: TF32's rounding), "cudnn" (a library's kernel). promote keeps it
+    # as the family's `@variant` entry, never as the family's own.
+    variant: str | None = None
 
     @property
     def label(self) -> str:
@@ -491,7 +495,7 @@ def load_version(family: Family, number: int, path: Path) -> Version:
     where = str(path)
     h = parse_header(path)
     _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
-                  "tolerance", "derived", "precision", "deterministic"}, where)
+                  "tolerance", "derived", "precision", "deterministic", "variant"}, where)
     precision = _want(h, "precision", str, where, "fp32")
     if precision != "fp32" and precision not in family.precisions:
         raise ContractError(f"{where}: precision {precision!r} is not one the family's contract lists "
@@ -545,7 +549,7 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         preconditions=tuple(_want(h, "preconditions", list, where, [])),
         block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
         atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived, precision=precision,
-        deterministic=_want(h, "deterministic", bool, where, True))
+        deterministic=_want(h, "deterministic", bool, where, True), variant=_want(h, "variant", str, where, None))
     known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES | set(derived)
     texts = [*v.preconditions, *(s.size for s in scratch), *derived.values()]
     for st in steps:

@@ -78,6 +78,10 @@ def promote(session, version: Version, sizes: list[dict[str, int]], directory: P
     family's test sizes, time it, and freeze it into `directory` (as `variant` of the family's
     entry when given: "deterministic" accepts only versions without order-dependent atomics)."""
     family = version.family
+    variant = variant or version.variant
+    if version.variant and variant != version.variant:
+        raise PromoteError(f"{version.label} is the family's {version.variant!r} variant: it is promoted as that, "
+                           f"not as {variant!r}")
     if variant == DETERMINISTIC and not version.deterministic:
         raise PromoteError(f"{version.label} is not deterministic (its header says its float atomics land in "
                            f"any order); pick a version without `deterministic = false`")
@@ -138,10 +142,13 @@ def ranked(run: BenchRun) -> dict[tuple[str, str], list[tuple[int, int | None]]]
 
 def promote_best(session, candidates: list[tuple[Version, int | None]], sizes: list[dict[str, int]],
                  directory: Path, shapes_note: dict | None = None, variant: str | None = None) -> Promoted:
-    """The first candidate (fastest first) that passes at `sizes`; the last refusal if none does."""
+    """The first candidate (fastest first) that passes at `sizes` and is an entry of `variant`
+    (None: the family's own, from the versions without a variant); the last refusal if none does."""
     last: PromoteError | None = None
     for version, block_size in candidates:
         if variant == DETERMINISTIC and not version.deterministic:
+            continue
+        if variant != DETERMINISTIC and version.variant != variant:
             continue
         try:
             return promote(session, version, sizes, directory, block_size, shapes_note, variant)

@@ -385,9 +385,10 @@ class TrainUI:
                   str(cfg.num_heads), str(cfg.channels), f"{cfg.num_parameters:,}")
         self.console.print(t)
 
-    def device_line(self, name: str, tf32: bool, peak: float) -> None:
-        self.console.print(f"[bold]device[/] {escape(name)}; TF32 {'on' if tf32 else 'off'}; measured matmul peak "
-                           f"{peak:.0f} TFLOP/s ({'TF32' if tf32 else 'FP32'}, cuBLASLt) for MFU")
+    def device_line(self, name: str, kind: str, peak: float) -> None:
+        """kind: the matmuls' arithmetic (fp32, tf32 or bf16), whose measured peak MFU is against."""
+        self.console.print(f"[bold]device[/] {escape(name)}; matmuls in {kind}; measured {kind} matmul peak "
+                           f"{peak:.0f} TFLOP/s (cuBLASLt) for MFU")
 
     def memory_table(self, memory: dict[str, int]) -> None:
         t = Table(title="device memory", title_justify="left")
