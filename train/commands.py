@@ -44,8 +44,10 @@ def _trainer_sizes(family) -> list[dict[str, int]]:
 @click.option("--deterministic", is_flag=True,
               help="Promote as the family's deterministic stand-in (FAMILY@deterministic), which `train "
                    "--deterministic` uses where the promoted version adds floats with atomics.")
+@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp32", "bf16"]),
+              help="With --best: only the winners at this precision (repeatable; default: every precision).")
 @click.pass_obj
-def promote(project, family, version, block_size, results, timeout, deterministic):
+def promote(project, family, version, block_size, results, timeout, deterministic, precisions):
     """Re-check a version at the trainer's shapes and test sizes, then freeze it (with its best
     block size) into train/kernels/ for `workbench train`.
 
@@ -67,7 +69,8 @@ def promote(project, family, version, block_size, results, timeout, deterministi
         ranked = pm.ranked(load(results))
         wanted = {key: [(project.family(key[0]).version(n), bs) for n, bs in cands]
                   for key, cands in ranked.items()
-                  if key[0] in project.family_names() and _trainer_sizes(project.family(key[0]))}
+                  if key[0] in project.family_names() and _trainer_sizes(project.family(key[0]))
+                  and (not precisions or key[1] in precisions)}
         if not wanted:
             raise WorkbenchError(f"{results} has no passing version of a family the trainer calls")
     else:
