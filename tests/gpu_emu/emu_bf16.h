@@ -1,0 +1,42 @@
+// emu_bf16.h: kernels/common/bf16.cuh for the emulator (same names and semantics, plain C++).
+// Defines the real header's include guard, so a kernel's #include "bf16.cuh" is skipped.
+#pragma once
+#include "emu.h"
+
+#define KERNELS_COMMON_BF16_CUH
+
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+typedef __nv_bfloat16 bf16;
+
+inline float __bfloat162float(__nv_bfloat16 v) {
+    uint32_t u = uint32_t(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {  // round to nearest even, NaN kept NaN
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t(0x7fc0)};
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return {uint16_t(u >> 16)};
+}
+inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)}; }
+
+struct alignas(16) Pack8 {
+    bf16 v[8];
+};
+inline float to_float(bf16 x) { return __bfloat162float(x); }
+inline bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+inline void emu_check16(const void* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 16) emu_fail("Pack8 access not 16-byte aligned");
+}
+inline Pack8 load8(const bf16* p) { emu_check16(p); Pack8 o; std::memcpy(&o, p, 16); return o; }
+inline void store8(bf16* p, const Pack8& x) { emu_check16(p); std::memcpy(p, &x, 16); }
+inline Pack8 load8_stream(const bf16* p) { return load8(p); }
+inline void store8_stream(bf16* p, const Pack8& x) { store8(p, x); }

@@ -1,0 +1,269 @@
+"""Run a version's launch plan on the CPU SIMT emulator (emu.h) and compare with the reference.
+
+`emulate(version, sizes)` draws the case as the checker does (make_case, at the version's
+precision), builds a C++ driver that #includes the version's .cu file after the emulated
+bf16/mma headers, evaluates the header's launch steps (grid, block, shared, args, scratch) with
+the workbench's own expression evaluator, runs every block of every launch, and compares each
+output with workbench.check.compare at the version's tolerance. Only kernel and memset steps are
+supported (no library calls). Small sizes only: each CUDA thread is a fiber.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from workbench import expr
+from workbench.check import compare, from_storage, make_case, poison
+from workbench.family import ARG_TYPES, BUFFER_OFFSET, Version
+from workbench.launch import ITEMSIZE
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("WORKBENCH_EMU_CACHE", Path(tempfile.gettempdir()) / "workbench_emu"))
+SMS = 132  # as on an H100: only launch expressions that ask for it see it
+
+
+SHARED_DECL = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w:]*)\s+"
+                         r"(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_]\w*)\s*\[\s*\]")
+
+
+def _shared_aliases(source: str) -> str:
+    """Every extern __shared__ array name but `smem`, as an alias of the emulator's array."""
+    out = []
+    for typ, name in sorted(set(SHARED_DECL.findall(source))):
+        if name != "smem":
+            out.append(f'extern {typ} {name}[] __attribute__((alias("smem")));')
+    return "\n".join(out)
+
+
+def _driver_source(version: Version, arities: dict[str, int]) -> str:
+    calls = []
+    for name, n in sorted(arities.items()):
+        args = ", ".join(f"a[{i}]" for i in range(n))
+        calls.append(f'    if (name == "{name}") {{ emu_launch(grid, block, shared, [&] {{ {name}({args}); }}, seed); return; }}')
+    return f"""
+#include "emu.h"
+#include "emu_bf16.h"
+#include "emu_mma.h"
+{_shared_aliases(version.path.read_text())}
+#include "{version.path}"
+#include <fstream>
+#include <sstream>
+#include <string>
+
+struct Arg {{
+    void* p = nullptr;
+    long long i = 0;
+    double f = 0;
+    template <class T> operator T*() const {{ return static_cast<T*>(p); }}
+    operator int() const {{ return int(i); }}
+    operator float() const {{ return float(f); }}
+}};
+
+static void run_kernel(const std::string& name, dim3 grid, dim3 block, size_t shared, const std::vector<Arg>& a, unsigned seed) {{
+{chr(10).join(calls)}
+    emu_fail(("unknown kernel " + name).c_str());
+}}
+
+int main(int argc, char** argv) {{
+    std::ifstream plan(argv[1]);
+    std::string outdir = argv[2];
+    emu.cp_mode = CpAsyncMode(std::atoi(argv[3]));
+    emu.sched = SchedMode(std::atoi(argv[5]));
+    unsigned seed = unsigned(std::atoi(argv[4]));
+    int nbuf;
+    plan >> nbuf;
+    std::vector<unsigned char*> bufs(nbuf);
+    std::vector<size_t> sizes(nbuf);
+    std::vector<std::string> names(nbuf), files(nbuf);
+    for (int b = 0; b < nbuf; b++) {{
+        std::string fill;
+        plan >> names[b] >> sizes[b] >> fill >> files[b];
+        void* p = nullptr;
+        if (posix_memalign(&p, 256, sizes[b] ? sizes[b] : 1)) emu_fail("out of memory");
+        bufs[b] = static_cast<unsigned char*>(p);
+        if (files[b] != "-") {{
+            std::ifstream in(files[b], std::ios::binary);
+            in.read(reinterpret_cast<char*>(bufs[b]), sizes[b]);
+        }} else if (fill == "bf16nan") {{
+            for (size_t k = 0; k + 1 < sizes[b]; k += 2) {{ bufs[b][k] = 0xC0; bufs[b][k + 1] = 0x7F; }}
+        }} else {{
+            std::memset(bufs[b], 0xFF, sizes[b]);  // float NaN (scratch is garbage on a GPU)
+        }}
+        emu_buffers.push_back({{bufs[b], sizes[b]}});
+    }}
+    int nsteps;
+    plan >> nsteps;
+    for (int s = 0; s < nsteps; s++) {{
+        std::string kind;
+        plan >> kind;
+        if (kind == "memset") {{
+            int b; unsigned long long bits; int width;
+            plan >> b >> bits >> width;
+            for (size_t k = 0; k + width <= sizes[b]; k += width) std::memcpy(bufs[b] + k, &bits, width);
+            continue;
+        }}
+        std::string name;
+        dim3 grid, block;
+        size_t shared;
+        int nargs;
+        plan >> name >> grid.x >> grid.y >> grid.z >> block.x >> block.y >> block.z >> shared >> nargs;
+        std::vector<Arg> a(nargs);
+        for (int k = 0; k < nargs; k++) {{
+            std::string t;
+            plan >> t;
+            if (t == "P") {{ int b; size_t off; plan >> b >> off; a[k].p = bufs[b] + off; }}
+            else if (t == "I") plan >> a[k].i;
+            else plan >> a[k].f;
+        }}
+        run_kernel(name, grid, block, shared, a, seed + 7919u * s);
+    }}
+    for (int b = 0; b < nbuf; b++) {{
+        std::ofstream out(outdir + "/" + names[b] + ".bin", std::ios::binary);
+        out.write(reinterpret_cast<const char*>(bufs[b]), sizes[b]);
+    }}
+    return 0;
+}}
+"""
+
+
+def build(version: Version, sanitize: bool = True) -> Path:
+    """Compile the driver for `version` (cached on the sources' contents)."""
+    arities: dict[str, int] = {}
+    for st in version.steps:
+        if st.kind == "kernel":
+            arities[st.name] = len(st.args)
+        elif st.kind == "library":
+            raise NotImplementedError(f"{version.label}: library calls are not emulated")
+    src = _driver_source(version, arities)
+    common = version.path.parent.parent / "common"
+    key_parts = [src, version.path.read_text(), str(sanitize)]
+    key_parts += [p.read_text() for p in sorted(HERE.glob("*.h"))]
+    key_parts += [p.read_text() for p in sorted(common.glob("*.cuh"))]
+    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:24]
+    exe = CACHE / f"{version.family.name}_{version.number}_{key}"
+    if exe.exists():
+        return exe
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cpp = exe.with_suffix(".cpp")
+    cpp.write_text(src)
+    cmd = [shutil.which("g++") or "g++", "-std=c++20", "-O1", "-g", "-w", f"-I{HERE}", f"-I{common}",
+           f"-I{version.path.parent}", "-x", "c++", str(cpp), "-o", str(exe)]
+    if sanitize:
+        cmd[4:4] = ["-fsanitize=address", "-fno-omit-frame-pointer"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"emulator build failed:\n{proc.stderr[-6000:]}")
+    return exe
+
+
+def _plan(version: Version, sizes: dict, block_size, case) -> tuple[list, list, dict]:
+    fam = version.family
+    env = fam.env(sizes, block_size)
+    env["SMS"] = SMS
+    for name, text in version.derived.items():
+        env[name] = expr.evaluate(text, env)
+    buffers = []  # (name, bytes, fill, file, dtype, role)
+    index = {}
+    for a in version.args:
+        shape = fam.shape(a, sizes)
+        nbytes = int(np.prod(shape)) * ITEMSIZE[a.dtype]
+        index[a.name] = len(buffers)
+        buffers.append([a.name, nbytes, "bf16nan" if a.dtype == "bf16" else "nan", a])
+    for s in version.scratch:
+        nbytes = max(4, expr.evaluate_int(s.size, env, f"scratch {s.name}") * ITEMSIZE[s.dtype])
+        index[s.name] = len(buffers)
+        buffers.append([s.name, nbytes, "nan", s])
+    steps = []
+    for st in version.steps:
+        if st.when is not None and not expr.evaluate(st.when, env):
+            continue
+        if st.kind == "memset":
+            dtype = buffers[index[st.name]][3].dtype
+            value = expr.evaluate(st.value, env)
+            import struct
+            if dtype == "bf16":
+                bits, width = struct.unpack("<I", struct.pack("<f", float(value)))[0] >> 16, 2
+            elif dtype == "f32":
+                bits, width = struct.unpack("<I", struct.pack("<f", float(value)))[0], 4
+            else:
+                bits, width = int(value) & 0xFFFFFFFF, 4
+            steps.append(f"memset {index[st.name]} {bits} {width}")
+            continue
+        dims = lambda texts: [expr.evaluate_int(t, env, "dim") for t in texts] + [1] * (3 - len(texts))
+        grid, block = dims(st.grid), dims(st.block)
+        shared = expr.evaluate_int(st.shared, env, "shared")
+        args = []
+        for text in st.args:
+            s = str(text).strip()
+            m = BUFFER_OFFSET.match(s)
+            if s in index:
+                args.append(f"P {index[s]} 0")
+            elif m and m.group(1) in index:
+                b = buffers[index[m.group(1)]]
+                off = expr.evaluate_int(m.group(2), env, "offset") * ITEMSIZE[b[3].dtype]
+                assert 0 <= off <= b[1]
+                args.append(f"P {index[m.group(1)]} {off}")
+            else:
+                prefix, colon, rest = s.partition(":")
+                if colon and prefix in ARG_TYPES:
+                    v = expr.evaluate(rest, env)
+                    args.append(f"F {float(v)!r}" if ARG_TYPES[prefix] in "fd" else f"I {int(v)}")
+                else:
+                    v = expr.evaluate(s, env)
+                    args.append(f"I {int(v)}" if isinstance(v, (int, bool)) else f"F {float(v)!r}")
+        if min(grid) == 0:
+            continue
+        steps.append(f"kernel {st.name} {grid[0]} {grid[1]} {grid[2]} {block[0]} {block[1]} {block[2]} "
+                     f"{shared} {len(args)} " + " ".join(args))
+    return buffers, steps, index
+
+
+def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode: str = "LATE",
+            sched: str = "PRIORITY", sched_seed: int = 1, sanitize: bool = True, case=None) -> list:
+    """Run the version on the emulator; returns workbench.check.ArgReport per output.
+    mode: when cp.async copies land (EARLY: at issue; LATE: at the covering wait).
+    sched: SHUFFLE (warps in step) or PRIORITY (one warp races ahead: exposes missing barriers)."""
+    fam = version.family
+    if block_size is None:
+        block_size = version.block_sizes[0]
+    case = case or make_case(fam, sizes, seed, version.precision)
+    exe = build(version, sanitize)
+    buffers, steps, index = _plan(version, sizes, block_size, case)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        lines = [str(len(buffers))]
+        for name, nbytes, fill, obj in buffers:
+            f = "-"
+            if name in case.inputs:
+                f = str(tmp / f"in_{name}.bin")
+                arr = np.ascontiguousarray(case.inputs[name])
+                assert arr.nbytes == nbytes, (name, arr.nbytes, nbytes)
+                arr.tofile(f)
+            lines.append(f"{name} {nbytes} {fill} {f}")
+        lines.append(str(len(steps)))
+        lines += steps
+        (tmp / "plan.txt").write_text("\n".join(lines) + "\n")
+        out = tmp / "out"
+        out.mkdir()
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:detect_stack_use_after_return=0")
+        proc = subprocess.run([str(exe), str(tmp / "plan.txt"), str(out), str({"EARLY": 0, "LATE": 1}[mode]),
+                               str(sched_seed), str({"SHUFFLE": 0, "PRIORITY": 1}[sched])],
+                              capture_output=True, text=True, env=env)
+        if proc.returncode:
+            raise RuntimeError(f"emulated run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+        reports = []
+        for a in version.args:
+            if not a.is_output:
+                continue
+            raw = np.fromfile(out / f"{a.name}.bin", dtype=a.np_dtype)
+            got = from_storage(raw, a.dtype)
+            reports.append(compare(a, case.expected[a.name], got, *version.tolerance(a)))
+        return reports

@@ -1,0 +1,175 @@
+"""attention_backward at bf16, and its tensor-core versions (6: TF32; 7, 8: bf16), without a GPU.
+
+* the contract: which arguments are bf16, and the tolerance;
+* the reference runs at bf16 at every test size;
+* the versions: numbering (the library version last), precision, determinism, and a bf16 version
+  for every test size;
+* the tolerances against a float64 model of exactly the roundings the versions make (TF32 inputs
+  and operands for 6; bf16 P, dS and outputs for 7 and 8): the model must sit well inside them;
+* the kernels themselves on the CPU SIMT emulator (tests/gpu_emu): every output element, at every
+  test size a version accepts. This is what checks the fragment index math, the causal mask, the
+  barriers and the cp.async waits before a GPU ever runs them.
+"""
+
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.check import from_storage, make_case
+from workbench.family import Project
+
+from conftest import FIXTURES, ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
+from runner import emulate  # noqa: E402
+
+FAMILY = Project(ROOT).family("attention_backward")
+TENSOR_CORE = (6, 7, 8)
+
+
+def test_the_bf16_contract():
+    p = FAMILY.precisions["bf16"]
+    assert p.args == {"dqkv": "bf16", "dout": "bf16", "qkv": "bf16", "out": "bf16"}
+    assert (p.atol, p.rtol) == (2e-2, 2e-2)
+    dtypes = {a.name: a.dtype for a in FAMILY.args_for("bf16")}
+    assert dtypes["lse"] == "f32"  # the bf16 forward writes its log-sum-exp in fp32
+
+
+@pytest.mark.parametrize("sizes", FAMILY.test_sizes, ids=FAMILY.format_sizes)
+def test_the_reference_runs_at_bf16(sizes):
+    case = make_case(FAMILY, sizes, 0, "bf16")
+    assert case.inputs["qkv"].dtype == np.uint16 and case.inputs["lse"].dtype == np.float32
+    assert np.isfinite(case.expected["dqkv"]).all()
+
+
+def test_the_versions():
+    versions = {v.number: v for v in FAMILY.versions}
+    assert sorted(versions) == list(range(1, len(versions) + 1))
+    library = [n for n, v in versions.items() if any(s.kind == "library" for s in v.steps) and v.precision == "bf16"]
+    assert library == [max(versions)], "the cuDNN version comes last"
+    tf32, atomics, split = (versions[n] for n in TENSOR_CORE)
+    assert tf32.precision == "fp32" and not tf32.deterministic
+    assert (tf32.atol, tf32.rtol) == (5e-3, 1e-2)
+    assert atomics.precision == "bf16" and not atomics.deterministic
+    assert split.precision == "bf16" and split.deterministic
+    for sizes in FAMILY.test_sizes:  # the checker needs a bf16 version at every test size
+        assert not atomics.unmet(sizes) and not split.unmet(sizes), sizes
+    assert not tf32.unmet(FAMILY.default_sizes) and not split.unmet(FAMILY.default_sizes)
+
+
+# ---- the rounding model behind the tolerances ----------------------------------------------------
+def _tf32(x):
+    """Round to TF32 as cvt.rna.tf32.f32 does (10 mantissa bits, ties away from zero)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _bf16(x):
+    """Round to bf16, nearest even."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def rounding_model(dout, qkv, out, lse, NH, inputs, operands, outputs):
+    """dqkv as the tensor-core versions compute it, in float64 except where they round:
+    `inputs` on q, k, v, dout before every product, `operands` on P and dS before they enter
+    theirs, `outputs` on the result. D = dout . out in fp32 from the unrounded values."""
+    from references.attention_forward import heads, merge_heads, split_heads
+    q, k, v = split_heads(qkv, NH)
+    T, HS = q.shape[2], q.shape[3]
+    do, o = heads(dout, NH), heads(out, NH)
+    scale = 1.0 / np.sqrt(HS)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    qr, kr, vr, dor = (inputs(x) for x in (q, k, v, do))
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    for b in range(q.shape[0]):
+        p = np.where(causal, np.exp(qr[b] @ kr[b].swapaxes(-1, -2) * scale - lse[b][..., None]), 0.0)
+        dp = dor[b] @ vr[b].swapaxes(-1, -2)
+        d = (do[b].astype(np.float32) * o[b].astype(np.float32)).sum(-1, keepdims=True, dtype=np.float32)
+        ds = p * (dp - d)
+        dv[b] = operands(p).swapaxes(-1, -2) @ dor[b]
+        dq[b] = scale * operands(ds) @ kr[b]
+        dk[b] = scale * operands(ds).swapaxes(-1, -2) @ qr[b]
+    return outputs(np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1))
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_the_tolerances_cover_the_rounding_model_with_room(precision):
+    """At every test size and seed, the atol the model needs at the version's rtol is at most
+    60% of the version's atol (TF32: 2.2e-3 of 5e-3; bf16: 6.2e-3 of 2e-2)."""
+    version = FAMILY.version(6 if precision == "tf32" else 8)
+    atol, rtol = version.tolerance(FAMILY.arg("dqkv"))
+    at = "fp32" if precision == "tf32" else "bf16"
+    dtypes = {a.name: a.dtype for a in FAMILY.args_for(at)}
+    rounding = (dict(inputs=_tf32, operands=_tf32, outputs=lambda x: x.astype(np.float32).astype(np.float64))
+                if precision == "tf32" else dict(inputs=lambda x: x, operands=_bf16, outputs=_bf16))
+    worst = 0.0
+    for sizes in FAMILY.test_sizes:
+        for seed in FAMILY.seeds:
+            case = make_case(FAMILY, sizes, seed, at)
+            x = {n: from_storage(a, dtypes[n]).astype(np.float64) for n, a in case.inputs.items()}
+            got = rounding_model(x["dout"], x["qkv"], x["out"], x["lse"], sizes["NH"], **rounding)
+            ref = case.expected["dqkv"].reshape(got.shape)
+            worst = max(worst, float((np.abs(got - ref) - rtol * np.abs(ref)).max()))
+    assert 0 < worst <= 0.6 * atol, f"the model needs atol {worst:.2g} at rtol {rtol}: {atol} leaves no room"
+
+
+# ---- the kernels on the emulator ---------------------------------------------------------------
+EMULATED = [(n, s) for n in TENSOR_CORE for s in FAMILY.test_sizes if not FAMILY.version(n).unmet(s)]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+@pytest.mark.parametrize("number, sizes", EMULATED, ids=[f"{n}-{FAMILY.format_sizes(s)}" for n, s in EMULATED])
+def test_the_kernels_on_the_emulator(number, sizes):
+    """Every element within tolerance; copies landing only at their wait (LATE) and one warp
+    racing ahead of the others (PRIORITY) expose a missing wait or barrier."""
+    version = FAMILY.version(number)
+    (report,) = emulate(version, sizes, seed=0, block_size=version.block_sizes[0], mode="LATE", sched="PRIORITY")
+    assert report.ok, f"{report.bad} of {report.total} wrong, e.g. {[m.__dict__ for m in report.first]}"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+@pytest.mark.parametrize("number", [7, 8])
+def test_the_other_block_size_on_the_emulator(number):
+    version = FAMILY.version(number)
+    sizes = {"B": 2, "T": 100, "NH": 3, "HS": 16}
+    (report,) = emulate(version, sizes, seed=1, block_size=version.block_sizes[-1], mode="EARLY", sched="SHUFFLE")
+    assert report.ok, f"{report.bad} of {report.total} wrong, e.g. {[m.__dict__ for m in report.first]}"
+
+
+RACY = """/*
+title = "y = alpha x through shared memory, each thread reading another warp's slot"
+block_sizes = [128]
+[[launch]]
+kernel = "scale_smem"
+grid = "cdiv(N, block_size)"
+block = "block_size"
+shared = "4 * block_size"
+args = ["y", "x", "N", "alpha"]
+*/
+extern "C" __global__ void scale_smem(float* y, const float* x, int N, float alpha) {
+    extern __shared__ float buf[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockDim.x - 1 - threadIdx.x;
+    buf[threadIdx.x] = i < N ? x[i] : 0.0f;
+    BARRIER
+    int src = blockIdx.x * blockDim.x + j;
+    if (src < N) y[src] = alpha * buf[j];
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+@pytest.mark.parametrize("barrier", [True, False])
+def test_the_emulator_catches_a_missing_barrier(tmp_path, barrier):
+    shutil.copytree(FIXTURES / "project" / "references", tmp_path / "references")
+    fam = tmp_path / "kernels" / "scale"
+    fam.mkdir(parents=True)
+    shutil.copy(FIXTURES / "project" / "kernels" / "scale" / "family.toml", fam)
+    (fam / "1_smem.cu").write_text(textwrap.dedent(RACY).replace("BARRIER", "__syncthreads();" if barrier else ""))
+    version = Project(tmp_path).family("scale").version(1)
+    (report,) = emulate(version, {"N": 300}, block_size=128, mode="LATE", sched="PRIORITY")
+    assert report.ok == barrier
