@@ -184,3 +184,13 @@ def test_a_resume_refuses_an_incomplete_checkpoint(data, folder):
     checkpoint.model_path(folder, 4).unlink()
     with pytest.raises(TrainError, match="incomplete: .*model_00000004.bin is missing"):
         prepare(options(data, resume="latest", checkpoint_dir=str(folder)), Launch())
+
+
+@pytest.mark.parametrize("args, option, says", [
+    (["--precision", "bf16", "--attention", "relu"], "--attention", "relu has no bf16"),
+    (["--attention", "cudnn"], "--attention", "cudnn needs --precision bf16"),
+    (["--attention", "flash", "--no-tf32"], "--attention", "needs --tf32"),
+    (["--precision", "fp16"], "--precision", "'fp16' is not one of"),
+])
+def test_a_precision_and_attention_that_do_not_go_together_are_refused_up_front(data, args, option, says):
+    assert says in refused(invoke(*data, *args), option)

@@ -105,6 +105,15 @@ def prepare(opts: TrainOptions, launch: Launch) -> Run:
             raise bad_option("--init", "give --init or --resume, not both (a resumed run continues its checkpoint's model)")
         resume = checkpoint.find(opts.resume, Path(opts.checkpoint_dir))
         opts = adopt(opts, resume, launch)
+    if opts.attention is None:
+        opts = dataclasses.replace(opts, attention="flash" if opts.precision == "bf16" else "softmax")
+    try:
+        variant = attention_variant(opts.attention, opts.precision)
+    except TrainError as e:
+        raise bad_option("--attention", str(e)) from None
+    if variant == "tf32" and not opts.tf32:
+        raise bad_option("--attention", "flash at fp32 runs on TF32 tensor cores: it needs --tf32 "
+                                        "(--attention softmax is the exact fp32 one)")
     for path, option in ((opts.log, "-o"), (opts.save, "--save"), (opts.json, "--json")):
         if path:
             writable_file(Path(path), option)
@@ -132,15 +141,6 @@ def prepare(opts: TrainOptions, launch: Launch) -> Run:
         raise bad_option("--steps", f"the checkpoint is at step {resume.step} of {steps}: nothing left to train "
                                     f"(give a larger --steps)")
     check_schedule_options(opts)
-    if opts.attention is None:
-        opts = dataclasses.replace(opts, attention="flash" if opts.precision == "bf16" else "softmax")
-    try:
-        variant = attention_variant(opts.attention, opts.precision)
-    except TrainError as e:
-        raise bad_option("--attention", str(e)) from None
-    if variant == "tf32" and not opts.tf32:
-        raise bad_option("--attention", "flash at fp32 runs on TF32 tensor cores: it needs --tf32 "
-                                        "(--attention softmax is the exact fp32 one)")
     schedule = Schedule(opts.lr_schedule, opts.lr, steps, opts.warmup, opts.final_lr_frac, opts.decay_frac)
     return Run(opts, launch, config, micro_steps, steps, schedule, resume)
 

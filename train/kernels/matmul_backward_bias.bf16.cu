@@ -1,0 +1,134 @@
+/*
+title = "bf16: 128-bit loads of eight columns, per-block fp32 partials, then a reduce (deterministic)"
+precision = "bf16"
+changed = "Version 6's plan on bf16 data: each lane loads eight bf16 columns in one 16-byte access (a warp covers 256 columns of a row), keeps eight fp32 sums, and the blocks of a column stripe write fp32 partials that a second kernel adds, in a fixed order, into dbias (rounded to bf16 once)."
+why = """
+Version 7 reads two bytes per lane per load: a warp's 64-byte row segment is one memory
+transaction's worth, but 32 separate load instructions. Eight columns per 16-byte load cut the
+instructions by 8x and keep many bytes in flight; a 2-D grid (column stripes x row groups) fills
+every SM even when OC is small. The partials (G x OC fp32) stay in L2, and a fixed order of adds
+makes the result the same bits every run, which the trainer's --deterministic mode needs.
+"""
+preconditions = ["OC % 8 == 0"]
+block_sizes = [128, 256, 512]
+
+[derived]
+groups = "min(max(1, SMS * 4 // cdiv(OC, 256)), cdiv(N, block_size // 32), 1024)"
+
+[scratch]
+partial = "groups * OC"
+
+[[launch]]
+kernel = "bias_bf16_partials"
+grid = ["cdiv(OC, 256)", "groups"]
+block = "block_size"
+shared = "block_size * 32"
+args = ["partial", "dout", "N", "OC"]
+
+[[launch]]
+kernel = "bias_bf16_reduce"
+grid = "cdiv(OC, 32)"
+block = [32, 8]
+args = ["dbias", "partial", "groups", "OC"]
+*/
+// ---- begin bf16.cuh ----
+// bf16.cuh: bfloat16 storage for the bf16 versions: the type, 128-bit packs of eight, and
+// conversions, so every bf16 kernel moves memory the same way.
+//
+// Shared because each bf16 version of a memory-bound family reads and writes 16 bytes per thread
+// per access (eight bf16 values), converts to float for its arithmetic and back to bf16 to store.
+//
+// bf16 (= __nv_bfloat16): 1 sign, 8 exponent, 7 mantissa bits; float's range, ~3 significant
+//   digits. Arithmetic is done in float; only storage is bf16.
+// Pack8: eight bf16 in 16 bytes, aligned to 16. load8/store8 are plain 128-bit accesses;
+//   load8_stream/store8_stream use the streaming cache hints (__ldcs/__stcs: data touched once,
+//   evict first) for inputs and outputs no later kernel of the same launch reads again.
+//   The pointer must be 16-byte aligned: an index that is a multiple of 8 elements from a
+//   cudaMalloc'd base.
+// to_float / to_bf16: the conversions, round to nearest even.
+
+#ifndef KERNELS_COMMON_BF16_CUH
+#define KERNELS_COMMON_BF16_CUH
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+
+struct alignas(16) Pack8 {
+    bf16 v[8];
+};
+
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ Pack8 load8(const bf16* p) {
+    Pack8 out;
+    *reinterpret_cast<int4*>(&out) = *reinterpret_cast<const int4*>(p);
+    return out;
+}
+
+__device__ __forceinline__ void store8(bf16* p, const Pack8& x) {
+    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
+}
+
+__device__ __forceinline__ Pack8 load8_stream(const bf16* p) {
+    Pack8 out;
+    *reinterpret_cast<int4*>(&out) = __ldcs(reinterpret_cast<const int4*>(p));
+    return out;
+}
+
+__device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&x));
+}
+
+#endif  // KERNELS_COMMON_BF16_CUH
+
+// ---- end bf16.cuh ----
+
+// Block (x, y): columns 256x .. 256x+255 (eight per lane), rows y*warps + warp, stepping by all
+// the row groups' warps; its fp32 sums go to partial[y][...].
+extern "C" __global__ void bias_bf16_partials(float* partial, const bf16* dout, int N, int OC) {
+    extern __shared__ float warp_sums8[];  // [warps][32 lanes][8 columns]
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int oc = blockIdx.x * 256 + lane * 8;
+    float sum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (oc < OC) {
+        const int step = gridDim.y * warps;
+#pragma unroll 4
+        for (int row = blockIdx.y * warps + warp; row < N; row += step) {
+            Pack8 x = load8_stream(dout + (size_t)row * OC + oc);
+#pragma unroll
+            for (int j = 0; j < 8; j++) sum[j] += to_float(x.v[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) warp_sums8[(warp * 32 + lane) * 8 + j] = sum[j];
+    __syncthreads();
+    if (warp == 0 && oc < OC) {
+        for (int w = 1; w < warps; w++) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) sum[j] += warp_sums8[(w * 32 + lane) * 8 + j];
+        }
+        float* dst = partial + (size_t)blockIdx.y * OC + oc;
+        reinterpret_cast<float4*>(dst)[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
+        reinterpret_cast<float4*>(dst)[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
+    }
+}
+
+// dbias[oc] += the G partial rows of column oc, added in a fixed order; a block covers 32 columns.
+extern "C" __global__ void bias_bf16_reduce(bf16* dbias, const float* partial, int G, int OC) {
+    __shared__ float group_sums[8][32];
+    const int lane = threadIdx.x;
+    const int oc = blockIdx.x * 32 + lane;
+    float sum = 0.0f;
+    if (oc < OC) {
+        for (int g = threadIdx.y; g < G; g += blockDim.y) sum += partial[(size_t)g * OC + oc];
+    }
+    group_sums[threadIdx.y][lane] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && oc < OC) {
+        float s = 0.0f;
+        for (int g = 0; g < 8; g++) s += group_sums[g][lane];
+        dbias[oc] = to_bf16(to_float(dbias[oc]) + s);
+    }
+}
