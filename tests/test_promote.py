@@ -90,3 +90,13 @@ def test_deterministic_runs_use_the_promoted_stand_in_of_a_family_with_atomics(k
     with pytest.raises(TrainError, match="--deterministic: the promoted global_norm .* run `workbench promote "
                                          "global_norm 3 --deterministic`"):
         det.entry("global_norm")
+
+
+@pytest.mark.parametrize("precision, attention", [("bf16", "flash"), ("bf16", "cudnn"), ("fp32", "flash")])
+def test_the_shipped_set_serves_every_precision_and_attention_the_trainer_offers(precision, attention):
+    program = Program(preset("d12"), 4, 1024, attention, precision=precision)
+    promoted = PromotedSet()
+    for call in program.calls:
+        v = promoted.version(call.family, call.precision, call.variant)
+        assert v.precision == precision and v.variant == call.variant, call.label
+        assert not v.unmet(promotion_sizes(call.family, v.family.sizes)[0])
