@@ -8,6 +8,7 @@ from rich.console import Console
 
 from workbench import compare as cmp
 from workbench.errors import WorkbenchError
+from workbench.results import read_payload
 
 from conftest import FIXTURES, ROOT
 
@@ -17,7 +18,7 @@ FAMILY = "layernorm_forward"
 
 @pytest.fixture(scope="module")
 def h100():
-    return cmp.load_results(H100)
+    return read_payload(H100)
 
 
 def render(renderable) -> str:
@@ -232,14 +233,14 @@ def test_files_that_are_not_results_are_refused(tmp_path, content, message):
     path = tmp_path / "other.json"
     path.write_text(content)
     with pytest.raises(WorkbenchError, match=message) as e:
-        cmp.load_results(path)
+        read_payload(path)
     assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
 def test_missing_files_and_folders_are_refused(tmp_path, h100):
     with pytest.raises(WorkbenchError, match="no such file"):
-        cmp.load_results(tmp_path / "missing.json")
+        read_payload(tmp_path / "missing.json")
     with pytest.raises(WorkbenchError, match="is a folder"):
-        cmp.load_results(tmp_path)
+        read_payload(tmp_path)
     with pytest.raises(WorkbenchError, match="NEW: not a workbench results file"):
         cmp.compare_runs(h100, {"some": "dict"})

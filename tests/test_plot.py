@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from workbench import plot
-from workbench.compare import load_results
+from workbench.results import read_payload as load_results
 from workbench.errors import WorkbenchError
 
 from conftest import FIXTURES, ROOT

@@ -7,7 +7,6 @@ work, each failure one line naming the option.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from workbench import report
 from workbench.cli import console, err_console
-from workbench.errors import NoGPU, WorkbenchError
+from workbench.errors import WorkbenchError
 from workbench.isolate import DEFAULT_TIMEOUT
 
 from .backends import KERNELS_DIR
@@ -226,6 +225,8 @@ def train(json_path, **kw):
     workbench train --steps 5000 --checkpoint-every 500 --keep 2     then, after a stop: --resume latest
     mpirun -np 8 workbench train -b 16 --total-batch 524288 --zero 1
     """
+    from workbench.bench import require_pycuda
+
     from .distributed import connect, launch_from_env
     from .options import TrainOptions, prepare
     from .trainer import SilentUI, train as run_training
@@ -234,9 +235,7 @@ def train(json_path, **kw):
     explicit = frozenset(name for name in kw if ctx.get_parameter_source(name) in given)
     launch = launch_from_env()
     run = prepare(TrainOptions(**kw, json=json_path, explicit=explicit), launch)  # every check, before any GPU work
-    if importlib.util.find_spec("pycuda") is None:
-        raise NoGPU("PyCUDA is not installed. On a machine with a CUDA GPU and toolkit: pip install -e '.[gpu]' "
-                    "(or use Modal: modal run modal_app.py --command \"train\")")
+    require_pycuda()
     dist = connect(launch, run.opts.comm_timeout)
     summary = run_training(run, report.TrainUI(console) if dist.is_root else SilentUI(), dist)
     dist.close()

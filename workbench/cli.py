@@ -9,6 +9,7 @@ trainer.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -91,7 +92,6 @@ def writable_file(path: str | None, force: bool = False, what: str = "--json") -
         raise WorkbenchError(f"{what} {path}: folder {p.parent} does not exist")
     if p.exists() and not force:
         raise WorkbenchError(f"{what} {path}: exists; pass --force to replace it")
-    import os
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise WorkbenchError(f"{what} {path}: not writable")
 

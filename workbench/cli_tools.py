@@ -103,9 +103,9 @@ def compare(old, new, threshold, same):
 def plot(results, out_dir):
     """A PNG per family (each version's time and share of the ceiling, the baselines as lines)
     and a roofline of every family's best version, from a results file."""
-    from .compare import load_results
+    from .results import read_payload
     from .plot import plot_results
-    written = plot_results(load_results(results), out_dir)
+    written = plot_results(read_payload(results), out_dir)
     console.print(f"wrote {len(written)} plots to {out_dir}/ (roofline: {Path(out_dir) / 'roofline.png'})")
 
 

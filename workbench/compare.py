@@ -51,10 +51,8 @@ renderables; everything above it is pure functions on the results' dicts.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from pathlib import Path
 from typing import Any, Iterable
 
 from rich.console import Group
@@ -62,6 +60,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import WorkbenchError
+from .results import check_payload, read_payload
 from .report import fmt_us
 
 SAME, FASTER, SLOWER, NOISY = "SAME", "FASTER", "SLOWER", "NOISY"
@@ -74,42 +73,6 @@ DEFAULT_FLOOR_US = 0.1       # medians this close are SAME whatever the ratio (t
 DEFAULT_THRESHOLD = 0.05     # SLOWER by more than this is a regression
 BASELINES = ("torch", "copy")
 PASSED = "passed"
-EXPECTED_FILE = "expected a results file from `workbench bench --json` or `workbench run --json`"
-
-
-# -- reading results files ----------------------------------------------------------------------
-def check_results(payload: Any, where: str = "results") -> dict:
-    """`payload` itself if it is a workbench results payload; else a one-line WorkbenchError."""
-    if not isinstance(payload, dict) or "workbench" not in payload:
-        raise WorkbenchError(f"{where}: not a workbench results file ({EXPECTED_FILE})")
-    fmt = payload["workbench"]
-    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
-        raise WorkbenchError(f"{where}: unknown results format {fmt!r} ({EXPECTED_FILE})")
-    families = payload.get("families")
-    if not isinstance(families, list) or not all(
-            isinstance(f, dict) and isinstance(f.get("family"), str) and isinstance(f.get("versions", []), list)
-            for f in families):
-        raise WorkbenchError(f"{where}: a results file needs a \"families\" list of "
-                             f"{{\"family\": ..., \"versions\": [...]}} ({EXPECTED_FILE})")
-    return payload
-
-
-def load_results(path: str | os.PathLike) -> dict:
-    """Read a results file; a one-line WorkbenchError if it is missing, unreadable or not one."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise WorkbenchError(f"{path}: no such file ({EXPECTED_FILE})") from None
-    except IsADirectoryError:
-        raise WorkbenchError(f"{path}: is a folder ({EXPECTED_FILE})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkbenchError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    try:
-        payload = json.loads(text)
-    except ValueError as e:
-        raise WorkbenchError(f"{path}: not JSON ({e}); {EXPECTED_FILE}") from None
-    return check_results(payload, str(path))
 
 
 # -- what a row measured --------------------------------------------------------------------------
@@ -268,8 +231,8 @@ def summarize(rows: list[dict]) -> dict:
 def compare_runs(old: dict, new: dict, same: float = DEFAULT_SAME, floor_us: float = DEFAULT_FLOOR_US,
                  old_name: str = "OLD", new_name: str = "NEW") -> dict:
     """Compare two results payloads; a plain, JSON-ready dict (see the module docstring)."""
-    check_results(old, old_name)
-    check_results(new, new_name)
+    check_payload(old, old_name)
+    check_payload(new, new_name)
     if not 0 <= same < 1:
         raise WorkbenchError(f"--same must be a fraction in [0, 1), got {same}")
     old_fams = {family_key(f): f for f in old["families"]}
@@ -289,7 +252,7 @@ def _run_meta(payload: dict, name: str) -> dict:
 
 def compare_files(old_path: str | os.PathLike, new_path: str | os.PathLike, **kwargs) -> dict:
     """`compare_runs` on two files, named by their paths."""
-    return compare_runs(load_results(old_path), load_results(new_path),
+    return compare_runs(read_payload(old_path), read_payload(new_path),
                         old_name=str(old_path), new_name=str(new_path), **kwargs)
 
 

@@ -29,9 +29,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .compare import best_timing, check_results, family_key
+from .compare import best_timing, family_key
 from .compare import family_label as _label
 from .errors import WorkbenchError
+from .results import check_payload
 from .report import fmt_us
 
 LOG_SPREAD = 20.0      # a time axis goes logarithmic when its values span more than this factor
@@ -414,7 +415,7 @@ def _shares(ax, shares: list[dict]) -> None:
 def plot_roofline(payload: dict, path: str | os.PathLike) -> Path:
     """Every family's best version: a roofline of the compute-bound ones, and the memory-bound
     ones as a sorted bar chart of their share of a same-size copy."""
-    check_results(payload)
+    check_payload(payload)
     shares = copy_shares(payload)
     fig, axes = _figure(15, max(6.0, 0.28 * len(shares) + 1.5), 1, 2)
     _roof(axes[0][0], roofline_points(payload), payload)
@@ -466,7 +467,7 @@ def plot_sweep(sweep: dict, path: str | os.PathLike) -> Path:
 
 def plot_results(payload: dict, out_dir: str | os.PathLike) -> list[Path]:
     """Every family's PNG and the roofline into `out_dir` (created); returns the paths written."""
-    check_results(payload)
+    check_payload(payload)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = {k: v for k, v in payload.items() if k != "families"}

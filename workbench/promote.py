@@ -17,13 +17,13 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .compile import flatten
 from .errors import WorkbenchError
 from .family import Version
+from .files import write_text_atomic
 from .results import BenchRun
 
 MANIFEST = "manifest.json"
@@ -58,12 +58,6 @@ def read_manifest(directory: Path) -> dict:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -107,7 +101,7 @@ def promote(session, version: Version, sizes: list[dict[str, int]], directory: P
     directory.mkdir(parents=True, exist_ok=True)
     key = entry_key(family.name, version.precision, variant)
     frozen = directory / f"{key}.cu"
-    _write_atomic(frozen, flatten(version.path))
+    write_text_atomic(frozen, flatten(version.path))
     manifest = read_manifest(directory)
     previous = manifest["kernels"].get(key)
     device = session.device()["device"]
@@ -125,7 +119,7 @@ def promote(session, version: Version, sizes: list[dict[str, int]], directory: P
     manifest["kernels"][key] = entry
     if shapes_note:
         manifest["trainer_shapes"] = shapes_note
-    _write_atomic(directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return Promoted(entry, previous)
 
 

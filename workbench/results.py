@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import WorkbenchError
+from .files import write_text_atomic
 
 FORMAT = 1
 OK = "passed"
@@ -352,34 +353,51 @@ class BenchRun:
                    peaks=d.get("peaks") or {}, families=[FamilyResult.from_json(f) for f in d.get("families", [])])
 
 
-def is_results(payload: Any) -> bool:
-    return isinstance(payload, dict) and payload.get("workbench") == FORMAT and isinstance(payload.get("families"), list)
+EXPECTED_FILE = "expected a results file from `workbench bench --json` or `workbench run --json`"
+
+
+def check_payload(payload: Any, where: str = "results") -> dict:
+    """`payload` itself if it is a workbench results payload; else a one-line WorkbenchError."""
+    if not isinstance(payload, dict) or "workbench" not in payload:
+        raise WorkbenchError(f"{where}: not a workbench results file ({EXPECTED_FILE})")
+    fmt = payload["workbench"]
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+        raise WorkbenchError(f"{where}: unknown results format {fmt!r} ({EXPECTED_FILE})")
+    families = payload.get("families")
+    if not isinstance(families, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("family"), str) and isinstance(f.get("versions", []), list)
+            for f in families):
+        raise WorkbenchError(f"{where}: a results file needs a \"families\" list of "
+                             f"{{\"family\": ..., \"versions\": [...]}} ({EXPECTED_FILE})")
+    return payload
+
+
+def read_payload(path: str | os.PathLike) -> dict:
+    """Read a results file; a one-line WorkbenchError if it is missing, unreadable or not one."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise WorkbenchError(f"{path}: no such file ({EXPECTED_FILE})") from None
+    except IsADirectoryError:
+        raise WorkbenchError(f"{path}: is a folder ({EXPECTED_FILE})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkbenchError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        payload = json.loads(text)
+    except ValueError as e:
+        raise WorkbenchError(f"{path}: not JSON ({e}); {EXPECTED_FILE}") from None
+    return check_payload(payload, str(path))
 
 
 def load(path: str | os.PathLike) -> BenchRun:
     """Read a results file written by `bench --json` or `run --json`; one clear line if it is not one."""
-    path = Path(path)
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise WorkbenchError(f"{path}: no such file (expected a results file from `workbench bench --json`)") from None
-    except IsADirectoryError:
-        raise WorkbenchError(f"{path}: is a folder (expected a results file from `workbench bench --json`)") from None
-    except OSError as e:
-        raise WorkbenchError(f"{path}: cannot read ({e.strerror})") from None
-    except ValueError as e:
-        raise WorkbenchError(f"{path}: not JSON ({e}); expected a results file from `workbench bench --json`") from None
-    if not is_results(payload):
-        raise WorkbenchError(f"{path}: not a workbench results file (no \"workbench\": {FORMAT} and \"families\" list)")
-    return BenchRun.from_json(payload)
+    return BenchRun.from_json(read_payload(path))
 
 
 def write_json(path: str | os.PathLike, payload: dict) -> None:
     """Write atomically: a crash mid-write never leaves half a results file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, indent=1, default=str))
 
 
 def save(path: str | os.PathLike, run: BenchRun) -> None:

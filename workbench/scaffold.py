@@ -21,13 +21,13 @@ written atomically (a temporary name in its folder, then renamed).
 from __future__ import annotations
 
 import keyword
-import os
 import re
 from pathlib import Path
 from string import Template
 
 from .errors import WorkbenchError
 from .family import VERSION_FILE, Project
+from .files import write_text_atomic
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")
 # kernels/common/ holds headers the versions share; it is not a family.
@@ -190,12 +190,7 @@ def conflicts(root: Path, name: str, force: bool) -> list[Path]:
 
 def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(path, text)
 
 
 def scaffold(root: Path, name: str, force: bool = False) -> list[Path]:

@@ -29,13 +29,13 @@ is a row of every memory-bound table (providers.CopyProvider): the practical cei
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Callable
 
 import numpy as np
 
 from .compile import CACHE_DIR
+from .files import write_text_atomic
 from .results import Timing
 
 COPY_BYTES = 1 << 30  # 1 GiB each way: far beyond any L2
@@ -219,9 +219,7 @@ def copy_ceiling(refresh: bool = False) -> dict:
     dst.free()
     known[name] = result
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".ceiling.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(known, indent=1))
-    os.replace(tmp, cache)
+    write_text_atomic(cache, json.dumps(known, indent=1))
     return result
 
 
@@ -266,7 +264,5 @@ def matmul_peak(kind: str, refresh: bool = False) -> float:
                 buf.free()
         known[name] = 2 * n ** 3 / (t.median_us * 1e-6) / 1e12
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".peak.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        os.replace(tmp, cache)
+        write_text_atomic(cache, json.dumps(known, indent=1))
     return known[name]
