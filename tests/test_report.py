@@ -102,3 +102,25 @@ def test_block_sizes_are_ints_or_none_in_memory():
     row = run.families[0].versions[0]
     assert all(isinstance(bs, int) for bs in row.timings) and isinstance(row.best_block_size, int)
     assert all(isinstance(b, int) for b in row.check.block_sizes)
+
+
+def test_the_time_breakdown_splits_rows_time_into_their_phases():
+    text = report.time_breakdown({"compiling": 20.0, "versions": 100.0, "total": 130.0},
+                                 {"versions": {"setup": 10.0, "check": 40.0, "time": 30.0, "re-check": 5.0}})
+    assert text.startswith("took 130 s")
+    assert "compiling 20 s" in text
+    assert "versions 100 s [setup 10, check 40, time 30, re-check 5, other 15]" in text
+
+
+def test_row_phases_and_run_phases_survive_a_round_trip(tmp_path):
+    from workbench.results import Row
+    run = load("bench_layernorm_forward.json")
+    row = run.families[0].versions[0]
+    row.phases = {"setup": 0.5, "check": 1.25, "time": 2.0}
+    run.phases = {"versions": {"check": 1.25}}
+    path = tmp_path / "r.json"
+    write_json(path, run.to_json())
+    again = load_results(path)
+    assert again.families[0].versions[0].phases == {"setup": 0.5, "check": 1.25, "time": 2.0}
+    assert again.phases == {"versions": {"check": 1.25}}
+    assert "phases" not in Row.from_json({"status": "passed"}).extra

@@ -76,6 +76,7 @@ class Session:
         self._versions: Server | None = None   # a fresh child per version, the next one started ahead
         self._device: dict | None = None
         self.seconds: dict[str, float] = {}      # where the time went, by activity
+        self.phases: dict[str, dict[str, float]] = {}  # "versions"/"baselines" -> the rows' phases summed
 
     def close(self) -> None:
         if self._pool is not None:
@@ -91,8 +92,12 @@ class Session:
     def __exit__(self, *exc):
         self.close()
 
-    def _spent(self, what: str, since: float) -> None:
+    def _spent(self, what: str, since: float, rows: list[Row] = ()) -> None:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - since, 1)
+        phases = self.phases.setdefault(what, {}) if rows else {}
+        for row in rows:
+            for phase, sec in row.phases.items():
+                phases[phase] = round(phases.get(phase, 0.0) + sec, 2)
 
     # -- the device -----------------------------------------------------------------------
     def device(self, refresh: bool = False) -> dict:
@@ -212,7 +217,7 @@ class Session:
             self._versions = Server(jobs_per_child=1, standby=True)
         t0 = time.perf_counter()
         rows = rows_from(self._versions.run(req, self.options.timeout), req, family.name)
-        self._spent("versions", t0)
+        self._spent("versions", t0, rows)
         return rows[0]
 
     def run_baselines(self, family: Family, sizes: dict[str, int] | None = None,
@@ -243,7 +248,7 @@ class Session:
             self._server = Server()
         t0 = time.perf_counter()
         rows = rows_from(self._server.run(req, self.options.timeout * len(specs)), req, family.name)
-        self._spent("baselines", t0)
+        self._spent("baselines", t0, rows)
         by_kind = {r.kind: r for r in rows}
         return by_kind.get("torch", torch_row), by_kind.get("copy")
 
@@ -286,11 +291,13 @@ class Session:
             self.drop_cases(family)
             run.put(result)
             run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
+            run.phases = {k: dict(v) for k, v in self.phases.items()}
             if json_path:
                 save(json_path, run)  # after each family: nothing lost if a later one stops us
             if on_family:
                 on_family(result)
         run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
+        run.phases = {k: dict(v) for k, v in self.phases.items()}
         if json_path:
             save(json_path, run)
         return run

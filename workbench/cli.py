@@ -276,7 +276,7 @@ def bench(project: Project, families, all_, json_path, resume, force, **kw):
                              on_family=lambda f: progress.console.print(
                                  report.bench_table(f, session.device()["device"].get("l2_bytes"))))
     console.print(f"[dim]{report.device_line(run_.meta)}[/]")
-    console.print(f"[dim]bench {report.time_breakdown(run_.seconds)}[/]")
+    console.print(f"[dim]bench {report.time_breakdown(run_.seconds, run_.phases)}[/]")
     if json_path:
         console.print(f"results written to {json_path}")
     failures = sum(len(f.failures()) for f in run_.families)

@@ -22,8 +22,11 @@ from .family import Project
               help="Only this compute-sanitizer tool (repeatable). Default: all four.")
 @click.option("--parallel", default=4, show_default=True, type=click.IntRange(1, 64), help="Sanitized jobs at a time.")
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=1), help="Seconds per job.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the findings here (rewritten after each one: a run cut short keeps what it found).")
+@click.option("--force", is_flag=True, help="Replace an existing --json file.")
 @click.pass_obj
-def sanitize(project: Project, family, version, tools, parallel, timeout):
+def sanitize(project: Project, family, version, tools, parallel, timeout, json_path, force):
     """Run versions under compute-sanitizer (memcheck, racecheck, initcheck, synccheck) at the
     family's small test sizes, check only; a table per tool. Exits non-zero if any is not clean.
 
@@ -31,8 +34,13 @@ def sanitize(project: Project, family, version, tools, parallel, timeout):
     workbench sanitize                        every version of every family
     workbench sanitize layernorm_forward 6 --tool memcheck
     """
+    import json
+
     from .bench import Options, Session, require_pycuda
-    from .sanitize import TOOLS, sanitize as run_sanitize, sanitizer
+    from .cli import writable_file
+    from .files import write_text_atomic
+    from .sanitize import TOOLS, sanitize as run_sanitize, sanitizer, to_json
+    writable_file(json_path, force)
     if version and not family:
         raise WorkbenchError("give FAMILY before VERSION")
     fams = [project.family(family)] if family else project.families()
@@ -43,14 +51,20 @@ def sanitize(project: Project, family, version, tools, parallel, timeout):
     with Session(project, Options(seeds=1, time=False)) as session, progress_bar() as progress:
         task = progress.add_task("preparing", total=len(versions) * len(tools))
         session.progress = lambda text: progress.update(task, description=escape(text))
-        session.device()
+        device = session.device()["device"]
+        found = []
 
         def done(finding):
+            found.append(finding)
+            if json_path:
+                write_text_atomic(json_path, json.dumps(to_json(found, device, tools, done=False), indent=1))
             progress.advance(task)
             if finding.status != "clean":
                 progress.console.print(f"  {finding.version.label} {finding.tool}: {finding.status} "
                                        f"{escape('; '.join(finding.lines[:1]) or finding.reason)}")
         findings = run_sanitize(session, versions, tools, parallel, timeout, done)
+    if json_path:
+        write_text_atomic(json_path, json.dumps(to_json(findings, device, tools), indent=1))
     console.print(report.sanitize_tables(findings, tools))
     bad = [f for f in findings if f.status not in ("clean", "skipped")]
     console.print(f"{len(findings) - len(bad)} of {len(findings)} (version, tool) runs clean")

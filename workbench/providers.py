@@ -17,6 +17,7 @@ This module runs inside the worker process (worker.py), which owns the CUDA cont
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -279,9 +280,11 @@ class CopyProvider(Provider):
         return 0.0, 0.0
 
     def case(self) -> tuple[Case, dict]:
-        src = np.random.default_rng(0).uniform(-1, 1, self.words).astype(np.float32)
+        # A ramp, not random numbers: drawing (and widening) 435M random floats for AdamW's copy
+        # took ~12 s of host time per table; a ramp is as good at showing a lost or shifted word.
+        src = np.arange(self.words, dtype=np.float32)
         shapes = {"dst": (self.words,), "src": (self.words,)}
-        return Case({"W": self.words}, 0, {"src": src}, {"dst": src.astype(np.float64)}), shapes
+        return Case({"W": self.words}, 0, {"src": src}, {"dst": src}), shapes
 
     def prepare(self, bufs, config):
         import pycuda.driver as drv
@@ -342,6 +345,12 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
     configs = provider.configs()
     failed = False
     report("check")
+    clock = [time.perf_counter()]
+
+    def spent(phase: str) -> None:  # where a row's seconds go: check, time, re-check
+        now = time.perf_counter()
+        row.phases[phase] = row.phases.get(phase, 0.0) + now - clock[0]
+        clock[0] = now
     skipped: list[dict] = []
     for case in cases:
         unmet = provider.unmet(case.sizes)
@@ -362,6 +371,7 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
         finally:
             bufs.free()
     row.skipped_sizes = skipped
+    spent("check")
     usable = [c for c in configs if c not in row.unusable_block_sizes]
     if not usable:
         row.status, row.reason = "failed", "no block size can be launched: " + "; ".join(row.unusable_block_sizes.values())
@@ -399,11 +409,13 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
             row.launches = provider.described()
             nbytes, flops, ceiling = options["bytes"], options.get("flops"), options["ceiling_gbps"]
             row.timings = {c: Measured.of(c, t, nbytes, flops, ceiling) for c, t in raw.items()}
+            spent("time")
             report("re-check after timing")
             for config in usable if provider.recheck_after_timing else []:
                 if not checker(bufs, config, "after timing", stream):
                     row.status, row.reason = "failed", "passed before timing but failed after it"
                     return row
+            spent("re-check")
         finally:
             bufs.free()
     row.status = "passed"

@@ -253,8 +253,19 @@ def row_line(row: Row) -> Text:
     return text
 
 
-def time_breakdown(seconds: dict[str, float]) -> str:
-    parts = [f"{k} {v:.0f} s" for k, v in seconds.items() if k != "total"]
+def time_breakdown(seconds: dict[str, float], phases: dict[str, dict[str, float]] | None = None) -> str:
+    """'took 230 s (compiling 20 s, versions 150 s [check 60, time 50, ...], ...)'."""
+    parts = []
+    for k, v in seconds.items():
+        if k == "total":
+            continue
+        inner = (phases or {}).get(k)
+        if inner:
+            rest = v - sum(inner.values())  # starting processes, waiting on them
+            detail = ", ".join(f"{p} {s:.0f}" for p, s in inner.items())
+            parts.append(f"{k} {v:.0f} s [{detail}, other {max(0.0, rest):.0f}]")
+        else:
+            parts.append(f"{k} {v:.0f} s")
     return f"took {seconds.get('total', 0):.0f} s" + (f" ({', '.join(parts)})" if parts else "")
 
 

@@ -148,6 +148,7 @@ class Row:
     expression: str | None = None      # torch: the contract's expression
     library_version: str | None = None  # torch: its version
     seconds: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds by phase: setup, check, time, re-check
     stderr: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys of older files, kept on a round trip
 
@@ -178,6 +179,8 @@ class Row:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
+        if self.phases:
+            out["phases"] = {k: round(v, 3) for k, v in self.phases.items()}
         if self.kind != "version":
             out["kind"] = self.kind
             if self.check is not None:
@@ -216,7 +219,7 @@ class Row:
         known = {"status", "reason", "phase", "seconds", "stderr", "kind", "family", "version", "title",
                  "sizes", "check", "failures", "resources", "launches", "compiler_warnings", "skipped_sizes",
                  "unusable_block_sizes", "timings", "best_block_size", "best", "timing", "gbps", "pct_ceiling",
-                 "tflops", "expression", "torch", "speedup_vs_first", "speedup_vs_torch"}
+                 "tflops", "expression", "torch", "speedup_vs_first", "speedup_vs_torch", "phases"}
         row = cls(kind=kind, family=d.get("family", family), version=d.get("version") if kind == "version" else None,
                   title=d.get("title", ""), status=d.get("status", "started"), reason=d.get("reason"),
                   phase=d.get("phase"), sizes=dict(d.get("sizes") or {}), failures=list(d.get("failures") or []),
@@ -224,6 +227,7 @@ class Row:
                   compiler_warnings=d.get("compiler_warnings") or "", skipped_sizes=list(d.get("skipped_sizes") or []),
                   expression=d.get("expression"), library_version=d.get("torch") if isinstance(d.get("torch"), str) else None,
                   seconds=d.get("seconds"), stderr=d.get("stderr"),
+                  phases={k: float(v) for k, v in (d.get("phases") or {}).items() if isinstance(v, (int, float))},
                   extra={k: v for k, v in d.items() if k not in known})
         check = d.get("check")
         row.check = CheckSummary.from_json(check) if isinstance(check, dict) else None
@@ -325,6 +329,9 @@ class BenchRun:
     options: dict = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, float] = field(default_factory=dict)   # measured matmul TFLOP/s, when known
+    # Inside "versions" and "baselines" of `seconds`: the rows' own phases summed (setup: start,
+    # compile or load, open the cases; check; time; re-check). The rest is process start and waits.
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
     families: list[FamilyResult] = field(default_factory=list)
 
     def family(self, name: str, precision: str = "fp32") -> FamilyResult | None:
@@ -343,6 +350,8 @@ class BenchRun:
                "commit": self.commit, "options": self.options, "seconds": self.seconds}
         if self.peaks:
             out["peaks"] = self.peaks
+        if self.phases:
+            out["phases"] = self.phases
         out["families"] = [f.to_json() for f in self.families]
         return out
 
@@ -350,7 +359,7 @@ class BenchRun:
     def from_json(cls, d: dict) -> "BenchRun":
         return cls(device=d.get("device") or {}, ceiling=d.get("ceiling") or {}, date=d.get("date"),
                    commit=d.get("commit"), options=d.get("options") or {}, seconds=d.get("seconds") or {},
-                   peaks=d.get("peaks") or {}, families=[FamilyResult.from_json(f) for f in d.get("families", [])])
+                   peaks=d.get("peaks") or {}, phases=d.get("phases") or {}, families=[FamilyResult.from_json(f) for f in d.get("families", [])])
 
 
 EXPECTED_FILE = "expected a results file from `workbench bench --json` or `workbench run --json`"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -57,7 +57,8 @@ def parse(output: str) -> tuple[int, list[str]]:
         errors = int(m.group(1))
     if m := HAZARDS.search(output):
         errors = max(errors, int(m.group(1)))
-    lines = [line.strip("= ").strip() for line in output.splitlines() if REPORT_LINE.match(line)]
+    lines = [line.strip("= ").strip() for line in output.splitlines()
+             if REPORT_LINE.match(line) and "SUMMARY:" not in line]  # the summaries are counted above
     return errors, lines[:6]
 
 
@@ -73,20 +74,19 @@ def command(tool: str) -> list[str]:
 
 def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, timeout: float = 600.0,
              on_finding: Callable[[Finding], None] | None = None) -> list[Finding]:
-    """Run every (version, tool) pair; returns the findings in the order given."""
-    jobs = []
+    """Run every (version, tool) pair, tool by tool (every version's memcheck first, so a run cut
+    short has the most telling tool everywhere); returns the findings in that order."""
+    requests = {}
     for v in versions:
         sizes = v.family.test_sizes
         usable = [s for s in sizes if not v.unmet(s)]
         if not usable:
-            for tool in tools:
-                jobs.append((v, tool, None))
+            requests[v.path] = None
             continue
         cases = session.cases(v.family, usable[0], v.precision, extra_sizes=usable[1:], seeds=1)
-        req = {**session.request(v.family, usable[0], v.precision), "time": False,
-               "providers": [{"kind": "version", "version": v.number}], "cases": cases}
-        for tool in tools:
-            jobs.append((v, tool, req))
+        requests[v.path] = {**session.request(v.family, usable[0], v.precision), "time": False,
+                            "providers": [{"kind": "version", "version": v.number}], "cases": cases}
+    jobs = [(v, tool, requests[v.path]) for tool in tools for v in versions]
 
     def one(job) -> Finding:
         v, tool, req = job
@@ -105,10 +105,19 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
             return Finding(v, tool, "failed", errors, lines, str(why))
         return Finding(v, tool, "clean")
 
-    found: list[Finding] = []
+    found: dict[int, Finding] = {}
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        for finding in pool.map(one, jobs):
-            found.append(finding)
+        futures = {pool.submit(one, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):  # reported as they finish: a slow job holds up nothing
+            found[futures[future]] = finding = future.result()
             if on_finding:
                 on_finding(finding)
-    return found
+    return [found[i] for i in range(len(jobs))]
+
+
+def to_json(findings: list[Finding], device: dict | None = None, tools=TOOLS, done: bool = True) -> dict:
+    """The findings as a results file (`sanitize --json`), rewritten after each finding."""
+    return {"workbench_sanitize": 1, "device": device or {}, "tools": list(tools), "complete": done,
+            "findings": [{"family": f.version.family.name, "version": f.version.number,
+                          "precision": f.version.precision, "tool": f.tool, "status": f.status,
+                          "errors": f.errors, "lines": f.lines, "reason": f.reason} for f in findings]}

@@ -131,10 +131,12 @@ def run_rows(req: dict, rep: Reporter) -> None:
             options = {**req, "bytes": spec.get("bytes", req["bytes"])}
             if spec["kind"] == "copy":
                 case, shapes = provider.case()
+                row.phases["setup"] = time.perf_counter() - t0
                 run_row(provider, family.name, [case], lambda c, s=shapes: s, options, report, row)
             else:
                 if cases is None:
                     cases = [load_case(p) for p in req["cases"]]
+                row.phases["setup"] = time.perf_counter() - t0  # compile or load, set up, open the cases
                 run_row(provider, family.name, cases, shapes_for(provider.args(), family.env), options, report, row)
                 row.sizes = cases[0].sizes
         except drv.Error:
