@@ -72,6 +72,8 @@ class Session:
         self._cases: dict[tuple, list[str]] = {}
         self._pending: dict[tuple, Future] = {}   # cases being computed in the background
         self._pool: ProcessPoolExecutor | None = None
+        self._compile_pool: ProcessPoolExecutor | None = None
+        self._compiles: dict[str, Future] = {}    # version path -> its background compile
         self._server: Server | None = None     # the baselines' long-lived child
         self._versions: Server | None = None   # a fresh child per version, the next one started ahead
         self._device: dict | None = None
@@ -79,8 +81,9 @@ class Session:
         self.phases: dict[str, dict[str, float]] = {}  # "versions"/"baselines" -> the rows' phases summed
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        for pool in (self._pool, self._compile_pool):
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
         for server in (self._server, self._versions):
             if server is not None:
                 server.close()
@@ -177,14 +180,32 @@ class Session:
             for path in self._cases.pop(key):
                 shutil.rmtree(path, ignore_errors=True)
 
-    def precompile(self, versions: list[Version]) -> None:
-        """Compile every version ahead, in parallel, for the device's arch (fills the cache)."""
-        from .compile import precompile
+    def precompile(self, versions: list[Version], wait: bool = True) -> None:
+        """Compile every version ahead, in parallel, for the device's arch (fills the cache).
+        wait=False: in the background, in the order given; run_version waits for its own (the
+        GPU works on the first versions while the later ones compile)."""
+        from .compile import compile_in_pool
         t0 = time.perf_counter()
         cc = self.device()["device"]["compute_capability"].replace(".", "")
         self.progress(f"compiling {len(versions)} versions in parallel for sm_{cc}")
-        precompile([v.path for v in versions], f"sm_{cc}")
-        self._spent("compiling", t0)
+        if self._compile_pool is None:
+            self._compile_pool = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 2))
+        for v in versions:
+            if str(v.path) not in self._compiles:
+                self._compiles[str(v.path)] = compile_in_pool(self._compile_pool, v.path, f"sm_{cc}")
+        if wait:
+            for v in versions:
+                self._compiles[str(v.path)].result()
+            self._spent("compiling", t0)
+
+    def _compiled(self, version: Version) -> None:
+        """Wait for the version's background compile, if one was started."""
+        future = self._compiles.get(str(version.path))
+        if future is not None and not future.done():
+            t0 = time.perf_counter()
+            self.progress(f"{version.label}: waiting for its compile")
+            future.result()
+            self._spent("waiting for compiles", t0)
 
     # -- rows ---------------------------------------------------------------------------------
     def request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:
@@ -212,6 +233,7 @@ class Session:
         req = {**self.request(family, sizes, version.precision),
                "providers": [{"kind": "version", "version": version.number}],
                "cases": self.cases(family, sizes, version.precision, extra_sizes)}
+        self._compiled(version)
         self.progress(f"{version.label}: compile, check, time")
         if self._versions is None:
             self._versions = Server(jobs_per_child=1, standby=True)
@@ -245,7 +267,7 @@ class Session:
             req["cases"] = self.cases(family, sizes, precision)[:1]
         self.progress(f"{family.name}: baselines ({', '.join(s['kind'] for s in specs)})")
         if self._server is None:
-            self._server = Server()
+            self._server = Server(preload=("torch",) if self.options.torch else ())
         t0 = time.perf_counter()
         rows = rows_from(self._server.run(req, self.options.timeout * len(specs)), req, family.name)
         self._spent("baselines", t0, rows)
@@ -284,8 +306,10 @@ class Session:
             run.families = earlier.families  # each was written whole, baselines included
         groups = [(f, p) for f in families for p in f.precision_names()
                   if any(v.precision == p for v in f.versions) and run.family(f.name, p) is None]
+        if self._server is None and self.options.time and self.options.torch and importlib.util.find_spec("torch"):
+            self._server = Server(preload=("torch",)).start()  # torch loads while the rest starts up
         self.prepare_cases(groups)
-        self.precompile([v for f, p in groups for v in f.versions if v.precision == p])
+        self.precompile([v for f, p in groups for v in f.versions if v.precision == p], wait=False)
         for family, precision in self._ready_first(groups):
             result = self.bench_family(family, precision, on_row=on_row)
             self.drop_cases(family)

@@ -248,6 +248,12 @@ def _precompile_one(args) -> str | None:
         return f"{path}: {e}"
 
 
+def compile_in_pool(pool, path: Path, arch: str):
+    """Submit one version's compile (into the cache) to a process pool; the future's result is
+    None, or the error text (reported again, properly, when the version runs)."""
+    return pool.submit(_precompile_one, (str(path), arch))
+
+
 def precompile(paths: list[Path], arch: str, workers: int | None = None) -> list[str]:
     """Fill the compile cache for many versions at once, in parallel (no GPU context needed)."""
     from concurrent.futures import ProcessPoolExecutor

@@ -68,8 +68,8 @@ class Server:
     A job that crashes or hangs its child is reported like run_job's, and the next job gets a
     new child."""
 
-    def __init__(self, jobs_per_child: int | None = None, standby: bool = False):
-        self.jobs_per_child, self.standby = jobs_per_child, standby
+    def __init__(self, jobs_per_child: int | None = None, standby: bool = False, preload: tuple[str, ...] = ()):
+        self.jobs_per_child, self.standby, self.preload = jobs_per_child, standby, tuple(preload)
         self.proc: subprocess.Popen | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
         self._n = 0
@@ -78,6 +78,8 @@ class Server:
         cmd = [sys.executable, "-m", "workbench.worker", "--serve"]
         if self.jobs_per_child:
             cmd.append(str(self.jobs_per_child))
+        if self.preload:
+            cmd += ["--preload", ",".join(self.preload)]
         # stderr to a file, not a pipe: a child that writes much would block on a full pipe
         self._n += 1
         err = open(Path(self._tmp.name) / f"stderr-{self._n}", "w+")
@@ -92,6 +94,11 @@ class Server:
         text = proc.err_file.read()
         proc.err_file.close()
         return text
+
+    def start(self) -> "Server":
+        """Start the child now (its imports and context then overlap whatever the caller does next)."""
+        self._child()
+        return self
 
     def _child(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:

@@ -352,40 +352,56 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
         row.phases[phase] = row.phases.get(phase, 0.0) + now - clock[0]
         clock[0] = now
     skipped: list[dict] = []
-    for case in cases:
-        unmet = provider.unmet(case.sizes)
-        if unmet:
-            if case.sizes not in [s["sizes"] for s in skipped]:
-                skipped.append({"sizes": case.sizes, "requires": unmet})
-            continue
-        bufs = CaseBuffers(provider.args(), shapes_of(case), case)
-        try:
-            for config in configs:
-                if config in row.unusable_block_sizes:
-                    continue
-                report(f"check {case.label}" + (f" block size {config}" if config is not None else ""))
-                try:
-                    failed |= not checker(bufs, config, "before timing", stream)
-                except LaunchConfigError as e:
-                    row.unusable_block_sizes[config] = str(e)
-        finally:
-            bufs.free()
+    timing = options.get("time", True)
+    kept = None  # the timed case's buffers, kept for timing: uploading 3 GB twice costs seconds
+    try:
+        for case in cases:
+            unmet = provider.unmet(case.sizes)
+            if unmet:
+                if case.sizes not in [s["sizes"] for s in skipped]:
+                    skipped.append({"sizes": case.sizes, "requires": unmet})
+                continue
+            bufs = CaseBuffers(provider.args(), shapes_of(case), case)
+            try:
+                for config in configs:
+                    if config in row.unusable_block_sizes:
+                        continue
+                    report(f"check {case.label}" + (f" block size {config}" if config is not None else ""))
+                    try:
+                        failed |= not checker(bufs, config, "before timing", stream)
+                    except LaunchConfigError as e:
+                        row.unusable_block_sizes[config] = str(e)
+            finally:
+                if timing and case is cases[0] and kept is None:
+                    kept = bufs
+                else:
+                    bufs.free()
+    except BaseException:
+        if kept is not None:
+            kept.free()
+        raise
     row.skipped_sizes = skipped
     spent("check")
+    if kept is not None and (failed or not timing):
+        kept.free()
+        kept = None
     usable = [c for c in configs if c not in row.unusable_block_sizes]
+    timed = cases[0]
+    if not usable or provider.unmet(timed.sizes):
+        if kept is not None:
+            kept.free()
     if not usable:
         row.status, row.reason = "failed", "no block size can be launched: " + "; ".join(row.unusable_block_sizes.values())
         return row
     if failed:
         row.status = "failed"
         return row
-    timed = cases[0]
     if provider.unmet(timed.sizes):
         row.status, row.reason = "refused", f"requires {' and '.join(provider.unmet(timed.sizes))}"
         return row
-    if options.get("time", True):
+    if timing:
         flush = L2Flush() if options.get("flush", True) else None
-        bufs = CaseBuffers(provider.args(), shapes_of(timed), timed)
+        bufs = kept or CaseBuffers(provider.args(), shapes_of(timed), timed)
         budget = float(options.get("budget", 0.4))
         screen = options.get("screen", True) and len(usable) > FINALISTS
         raw = {}

@@ -123,10 +123,20 @@ def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
     host launch latency stays hidden, and the launch runs warm."""
     import pycuda.driver as drv
     before = flush or Busy()
-    for _ in range(warmup):
+    before(stream)
+    launch(stream)  # the first launch may load modules or libraries: not timed at all
+    stream.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(max(1, warmup - 1)):
         before(stream)
         launch(stream)
     stream.synchronize()
+    # A slow launch (a naive matmul: tens of ms) is steady: a few samples within the budget say
+    # as much as fifteen, which would take seconds each. Never fewer than five.
+    per_launch = (time.perf_counter() - t0) / max(1, warmup - 1)
+    if per_launch * min_reps > budget_s:
+        min_reps = max(5, min(min_reps, int(budget_s / per_launch)))
+        batch = min(batch, min_reps)
     events = [(drv.Event(), drv.Event()) for _ in range(2 * batch)]
 
     def timed(bodies) -> list[float]:

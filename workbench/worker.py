@@ -207,16 +207,25 @@ def run_request(path: str) -> None:
         rep.flush()
 
 
-def serve(max_jobs: int | None = None) -> None:
+def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
     """Run jobs named on stdin, one path a line; answer each with a line on stdout. The CUDA
     context and the imports come first, before the first job arrives: a standby child pays for
-    them while another child works. A crashed context, or `max_jobs` jobs, end the process
-    (isolate.py starts another for the next job)."""
+    them while another child works, and the baselines' child imports torch (`preload`, ~10 s)
+    while the bench compiles. A crashed context, or `max_jobs` jobs, end the process (isolate.py
+    starts another for the next job)."""
+    import importlib
     try:
         init_cuda()
         from . import providers  # noqa: F401  (with pycuda.compiler, numpy...: the slow imports)
     except Exception:
         pass  # reported by the first job, in its result
+    for name in preload:
+        try:
+            module = importlib.import_module(name)
+            if name == "torch" and module.cuda.is_available():
+                module.cuda.init()
+        except Exception:
+            pass  # the job that needs it says so (an ImportError becomes "unavailable")
     done = 0
     for line in sys.stdin:
         path = line.strip()
@@ -235,7 +244,13 @@ def serve(max_jobs: int | None = None) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        serve(int(sys.argv[2]) if len(sys.argv) > 2 else None)
+        rest = sys.argv[2:]
+        preload: tuple[str, ...] = ()
+        if "--preload" in rest:
+            i = rest.index("--preload")
+            preload = tuple(m for m in rest[i + 1].split(",") if m)
+            del rest[i:i + 2]
+        serve(int(rest[0]) if rest else None, preload)
     else:
         run_request(sys.argv[1])
     sys.stdout.flush()
