@@ -47,13 +47,24 @@ def test_parse_of_a_clean_run_finds_nothing():
     assert sanitize.parse(CLEAN) == (0, [])
 
 
-def test_racecheck_reports_every_hazard_and_initcheck_ignores_library_workspaces(monkeypatch):
+def test_the_commands_report_every_hazard_and_leave_library_kernels_out(monkeypatch):
     monkeypatch.setattr(sanitize, "sanitizer", lambda: "compute-sanitizer")
     race = sanitize.command("racecheck")
     assert race[:3] == ["compute-sanitizer", "--tool", "racecheck"]
     assert race[race.index("--racecheck-report") + 1] == "all"
-    assert sanitize.command("initcheck")[-2:] == ["--track-unused-memory", "no"]
-    assert "--error-exitcode" in sanitize.command("memcheck")
+    memcheck = sanitize.command("memcheck")
+    assert memcheck[memcheck.index("--error-exitcode") + 1] == "99"
+    assert memcheck[memcheck.index("--report-api-errors") + 1] == "no"
+    assert "kns=cudnn" in memcheck, "cuDNN's own kernels are not ours to sanitize"
+    assert "--track-unused-memory" not in sanitize.command("initcheck"), "it takes no value: 'no' ran as the program"
+
+
+def test_a_sanitizer_without_kernel_filters_still_checks_everything(monkeypatch):
+    monkeypatch.setattr(sanitize, "sanitizer", lambda: "compute-sanitizer")
+    monkeypatch.setattr(sanitize, "_ACCEPTED", {})
+    monkeypatch.setattr(sanitize, "_accepts", lambda cmd: "--kernel-name-exclude" not in cmd)
+    cmd = sanitize.usable_command("memcheck")
+    assert "--kernel-name-exclude" not in cmd and cmd[:3] == ["compute-sanitizer", "--tool", "memcheck"]
 
 
 def test_findings_as_json_name_the_version_and_the_tool():
@@ -89,6 +100,7 @@ def test_jobs_run_tool_by_tool_and_come_back_in_that_order(monkeypatch):
 
     monkeypatch.setattr(sanitize, "run_job", fake_job)
     monkeypatch.setattr(sanitize, "sanitizer", lambda: "compute-sanitizer")
+    monkeypatch.setattr(sanitize, "_accepts", lambda cmd: True)
     found = sanitize.sanitize(FakeSession(), versions, ("memcheck", "racecheck"), parallel=1)
     assert started == [("memcheck", 1), ("memcheck", 7), ("memcheck", 8),
                        ("racecheck", 1), ("racecheck", 7), ("racecheck", 8)]

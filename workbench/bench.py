@@ -188,8 +188,9 @@ class Session:
         t0 = time.perf_counter()
         cc = self.device()["device"]["compute_capability"].replace(".", "")
         self.progress(f"compiling {len(versions)} versions in parallel for sm_{cc}")
-        if self._compile_pool is None:
-            self._compile_pool = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 2))
+        if self._compile_pool is None:  # niced: the references and the GPU's own process come first
+            self._compile_pool = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 2),
+                                                     initializer=os.nice, initargs=(10,))
         for v in versions:
             if str(v.path) not in self._compiles:
                 self._compiles[str(v.path)] = compile_in_pool(self._compile_pool, v.path, f"sm_{cc}")
@@ -364,7 +365,10 @@ class Session:
             futures = {id(g): self._pending.get(self._case_plan(g[0], self.sizes_for(g[0]), g[1])[0]) for g in left}
             ready = [g for g in left if futures[id(g)] is None or futures[id(g)].done()]
             if not ready:
+                t0 = time.perf_counter()
+                self.progress("waiting for the reference cases")
                 wait([f for f in futures.values() if f is not None], return_when=FIRST_COMPLETED)
+                self._spent("waiting for references", t0)
                 continue
             left.remove(ready[0])
             yield ready[0]
