@@ -194,3 +194,17 @@ def test_a_dead_rank_stops_the_others_within_seconds(tmp_path, data):
     took = time.monotonic() - killed_at
     print(f"\nstopped {took:.1f} s after rank 1 was killed:\n{out[-2000:]}")
     assert proc.returncode != 0 and took < 60
+
+
+def test_bf16_follows_fp32_within_two_percent_over_100_steps(tmp_path, data):
+    """From the same init, the bf16 trainer (bf16 activations and gradients, fp32 master weights)
+    stays within 2% of the fp32 trainer's training loss at every one of 100 steps."""
+    flags = ["-b", 4, "--steps", 100, "-v", 0, "-s", 0]
+    fp32 = train(tmp_path, "fp32", data, *flags)
+    bf16 = train(tmp_path, "bf16", data, *flags, "--precision", "bf16")
+    a, b = np.array(fp32["losses"]), np.array(bf16["losses"])
+    assert len(a) == len(b) == 100
+    worst = np.max(np.abs(b - a) / a)
+    print(f"\nfp32 {a[[0, 49, 99]]}\nbf16 {b[[0, 49, 99]]}\nworst relative difference {worst:.4f}")
+    assert a[-1] < 0.8 * a[0], "the runs learn"
+    assert worst < 0.02
