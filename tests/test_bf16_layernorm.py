@@ -13,7 +13,7 @@ from conftest import ROOT
 # family -> (the args that become bf16, the bf16 versions)
 BF16 = {
     "layernorm_forward": (["out", "inp", "weight", "bias"], [8, 9]),
-    "layernorm_backward": (["dinp", "dweight", "dbias", "dout", "inp", "weight"], [6, 7]),
+    "layernorm_backward": (["dinp", "dweight", "dbias", "dout", "inp", "weight"], [6, 7, 9]),
     "fused_residual_forward": (["residual", "normed", "inp1", "inp2", "weight", "bias"], [4, 5]),
     "residual_forward": (["out", "inp1", "inp2"], [4]),
 }

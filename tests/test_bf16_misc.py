@@ -2,7 +2,12 @@
 encoder_backward, adamw, global_norm, permute, unpermute), on the CPU: the contracts' bf16
 tables, the references at bf16 at every test size, the new versions' precision and coverage of
 the test sizes, the error analyses behind the tolerances (a correctly rounded result passes,
-the mistakes they are meant to catch fail), and the PyTorch expressions at bf16."""
+the mistakes they are meant to catch fail), the PyTorch expressions at bf16, and adamw 5's kernel
+on the CPU SIMT emulator (tests/gpu_emu)."""
+
+import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +16,9 @@ from workbench.check import from_storage, make_case, to_storage
 from workbench.family import Project
 
 from conftest import ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
+import runner  # noqa: E402
 
 # family -> (the arguments that are bf16 at this precision, (atol, rtol) of its bf16 outputs)
 CONTRACTS = {
@@ -24,7 +32,7 @@ CONTRACTS = {
     "unpermute": ({"out", "inp"}, (0.0, 0.0)),
 }
 NEW_VERSIONS = {"gelu_forward": [4], "gelu_backward": [4], "encoder_forward": [4, 5],
-                "encoder_backward": [4], "adamw": [4], "global_norm": [4], "permute": [3],
+                "encoder_backward": [4, 6], "adamw": [4, 5], "global_norm": [4], "permute": [3],
                 "unpermute": [3]}
 FAMILIES = sorted(CONTRACTS)
 
@@ -166,3 +174,32 @@ def test_the_bf16_torch_expressions_run_on_the_cpu():
             # single-rounding ops are held to the tolerance here; the GPU runs check the rest.
             if name in exact:
                 assert passes(case.expected[out], value, *fam.tolerance(arg, "bf16")), (name, out)
+
+
+# ---- adamw 5 on the emulator --------------------------------------------------------------------
+# Every test size (N = 1 and 3: the scalar tail alone; 37, 4099, 1048579: float4 groups and a tail
+# of 1 or 3) at two seeds: seed 0 neither clips nor decays, seed 1 clips (norm ~2.8 > max_norm 1)
+# with weight decay 0.1. Seed 0 at the smallest block size with one warp racing ahead, seed 1 at
+# the largest with the warps in step.
+ADAMW = family("adamw")
+ADAMW_EMULATED = [(sizes, seed) for sizes in ADAMW.test_sizes for seed in (0, 1)]
+
+# The emulator (emu.h) has no rsqrtf, which the step's bias correction uses: the driver gets one,
+# for this test only, right after emu.h.
+EMU_RSQRTF = '#include "emu.h"\ninline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }\n'
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+@pytest.mark.parametrize("sizes, seed", ADAMW_EMULATED,
+                         ids=[f"{ADAMW.format_sizes(s)}-seed{seed}" for s, seed in ADAMW_EMULATED])
+def test_adamw_5_on_the_emulator(monkeypatch, sizes, seed):
+    driver = runner._driver_source
+    monkeypatch.setattr(runner, "_driver_source",
+                        lambda version, arities: driver(version, arities).replace('#include "emu.h"\n', EMU_RSQRTF, 1))
+    version = ADAMW.version(5)
+    block_size = version.block_sizes[0] if seed == 0 else version.block_sizes[-1]
+    reports = runner.emulate(version, sizes, seed=seed, block_size=block_size, mode="LATE",
+                             sched="PRIORITY" if seed == 0 else "SHUFFLE")
+    assert {r.name for r in reports} == {"params", "m", "v", "params_bf16"}
+    for r in reports:
+        assert r.ok, f"{r.name}: {r.bad} of {r.total} wrong, e.g. {[m.__dict__ for m in r.first]}"

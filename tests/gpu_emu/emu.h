@@ -52,6 +52,7 @@ inline int max(int a, int b) { return a > b ? a : b; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 template <class T> inline T __ldcs(const T* p) { return *p; }
 template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
 template <class T> inline void __stcs(T* p, T v) { *p = v; }
 
 [[noreturn]] inline void emu_fail(const char* what) {
@@ -111,6 +112,7 @@ struct Fiber {
     long wait_gen = 0;                 // ... until its generation moves past this
     int committed = 0;                 // cp.async groups committed so far
     std::vector<PendingCopy> pending;  // copies not yet landed (LATE mode)
+    unsigned vote_calls = 0;           // __syncthreads_count/_or/_and calls so far
 };
 
 enum CpAsyncMode { EARLY = 0, LATE = 1 };
@@ -128,6 +130,7 @@ struct Emu {
     std::function<void()> body;
     CpAsyncMode cp_mode = LATE;
     SchedMode sched = SHUFFLE;
+    unsigned block_order = 0;  // 0: blocks in index order; else a seed: a shuffled order of blocks
 };
 inline Emu emu;
 
@@ -183,8 +186,28 @@ inline void __syncwarp(unsigned = 0xffffffffu) {
     int t = flat_tid();
     emu_warps[t / 32].bar.wait();
 }
+// Blocks run one after another, so every store of an earlier block is visible to a later one:
+// fences are no-ops here (the GPU needs them; the emulator cannot check that they are there).
 inline void __threadfence() {}
 inline void __threadfence_block() {}
+
+// __syncthreads_count/_or/_and: a barrier that also counts a predicate over the block. Every
+// thread makes the same sequence of calls, so a thread's k-th call counts into slot k % 3 and,
+// once past the barrier (every read of call k-1 is done: each thread reads before its next
+// barrier), clears slot (k + 2) % 3, which call k + 2 fills only after the next barrier.
+inline int emu_votes[3];
+inline int __syncthreads_count(int pred) {
+    unsigned k = me().vote_calls++;
+    if (pred) emu_votes[k % 3]++;
+    __syncthreads();
+    int n = emu_votes[k % 3];
+    emu_votes[(k + 2) % 3] = 0;
+    return n;
+}
+inline int __syncthreads_or(int pred) { return __syncthreads_count(pred) != 0; }
+inline int __syncthreads_and(int pred) {
+    return __syncthreads_count(pred) == int(blockDim.x * blockDim.y * blockDim.z);
+}
 
 // A warp collective: fill this lane's slot, meet the other 31 lanes, then read every lane's slot.
 template <class Fill, class Read>
@@ -225,8 +248,19 @@ inline float atomicAdd(float* p, float v) {
     *p = old + v;
     return old;
 }
+inline int atomicAdd(int* p, int v) {
+    int old = *p;
+    *p = old + v;
+    return old;
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    unsigned old = *p;
+    *p = old + v;
+    return old;
+}
 
-// Run one kernel launch: every block in order, every thread of a block a fiber.
+// Run one kernel launch: every block (in index order, or shuffled with emu.block_order as the
+// seed: blocks may run in any order on a GPU), every thread of a block a fiber.
 inline void emu_launch(dim3 grid, dim3 block, size_t shared, std::function<void()> body, unsigned seed) {
     if (shared > sizeof(smem)) emu_fail("dynamic shared memory larger than the emulator's");
     int nthreads = block.x * block.y * block.z;
@@ -236,11 +270,19 @@ inline void emu_launch(dim3 grid, dim3 block, size_t shared, std::function<void(
     blockDim = block;
     gridDim = grid;
     emu_shared_bytes = shared;
+    std::vector<unsigned> block_order(grid.x * grid.y * grid.z);
+    for (unsigned i = 0; i < block_order.size(); i++) block_order[i] = i;
+    if (emu.block_order) {
+        std::mt19937 order_rng(emu.block_order + seed);
+        std::shuffle(block_order.begin(), block_order.end(), order_rng);
+    }
     for (unsigned bz = 0; bz < grid.z; bz++)
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
-                blockIdx = {bx, by, bz};
+                unsigned b = block_order[bx + grid.x * (by + grid.y * bz)];
+                blockIdx = {b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
                 std::memset(smem, 0xFF, sizeof(smem));  // NaN everywhere: unwritten data shows
+                std::memset(emu_votes, 0, sizeof(emu_votes));
                 emu.fibers.assign(nthreads, Fiber{});
                 emu_warps.assign(nthreads / 32, WarpState{});
                 for (auto& w : emu_warps) w.bar.n = 32;

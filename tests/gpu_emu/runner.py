@@ -77,6 +77,7 @@ int main(int argc, char** argv) {{
     std::string outdir = argv[2];
     emu.cp_mode = CpAsyncMode(std::atoi(argv[3]));
     emu.sched = SchedMode(std::atoi(argv[5]));
+    if (argc > 6) emu.block_order = unsigned(std::atoi(argv[6]));
     unsigned seed = unsigned(std::atoi(argv[4]));
     int nbuf;
     plan >> nbuf;
@@ -227,10 +228,13 @@ def _plan(version: Version, sizes: dict, block_size, case) -> tuple[list, list, 
 
 
 def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode: str = "LATE",
-            sched: str = "PRIORITY", sched_seed: int = 1, sanitize: bool = True, case=None) -> list:
+            sched: str = "PRIORITY", sched_seed: int = 1, sanitize: bool = True, case=None,
+            block_order: int = 0, outputs: dict | None = None) -> list:
     """Run the version on the emulator; returns workbench.check.ArgReport per output.
     mode: when cp.async copies land (EARLY: at issue; LATE: at the covering wait).
-    sched: SHUFFLE (warps in step) or PRIORITY (one warp races ahead: exposes missing barriers)."""
+    sched: SHUFFLE (warps in step) or PRIORITY (one warp races ahead: exposes missing barriers).
+    block_order: 0 runs a launch's blocks in index order; any other value is a seed for a shuffled
+    order (blocks still run one at a time). outputs: if a dict, it receives each output's values."""
     fam = version.family
     if block_size is None:
         block_size = version.block_sizes[0]
@@ -255,7 +259,7 @@ def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode:
         out.mkdir()
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:detect_stack_use_after_return=0")
         proc = subprocess.run([str(exe), str(tmp / "plan.txt"), str(out), str({"EARLY": 0, "LATE": 1}[mode]),
-                               str(sched_seed), str({"SHUFFLE": 0, "PRIORITY": 1}[sched])],
+                               str(sched_seed), str({"SHUFFLE": 0, "PRIORITY": 1}[sched]), str(block_order)],
                               capture_output=True, text=True, env=env)
         if proc.returncode:
             raise RuntimeError(f"emulated run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
@@ -265,5 +269,7 @@ def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode:
                 continue
             raw = np.fromfile(out / f"{a.name}.bin", dtype=a.np_dtype)
             got = from_storage(raw, a.dtype)
+            if outputs is not None:
+                outputs[a.name] = got
             reports.append(compare(a, case.expected[a.name], got, *version.tolerance(a)))
         return reports
