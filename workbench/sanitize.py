@@ -66,13 +66,21 @@ def parse(output: str) -> tuple[int, list[str]]:
 _ACCEPTED: dict[tuple, bool] = {}
 
 
+# The probe needs a program that makes a CUDA call: the sanitizer fails one that makes none
+# ("terminated before first instrumented API call"), whatever its options.
+PROBE = "import pycuda.driver as d; d.init(); d.Device(0).make_context().pop()"
+
+
 def _accepts(cmd: list[str]) -> bool:
-    """Does this compute-sanitizer take these options? (run once on a program with no CUDA)"""
+    """Does this compute-sanitizer take these options? (run once, on a program that only makes
+    a context)"""
     import subprocess
+    import sys
     key = tuple(cmd)
     if key not in _ACCEPTED:
         try:
-            _ACCEPTED[key] = subprocess.run([*cmd, "true"], capture_output=True, timeout=60).returncode == 0
+            _ACCEPTED[key] = subprocess.run([*cmd, sys.executable, "-c", PROBE], capture_output=True,
+                                            timeout=120).returncode == 0
         except (OSError, subprocess.SubprocessError):
             _ACCEPTED[key] = False
     return _ACCEPTED[key]
