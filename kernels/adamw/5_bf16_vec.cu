@@ -31,6 +31,9 @@ in version 4: about 1536 resident threads an SM (1024 with 1024-thread blocks), 
 requested at once per SM, well above the few tens of KB that DRAM's latency times its bandwidth
 asks for. The per-element arithmetic, the clipping rule, the bias corrections and the single
 round-to-nearest of the bf16 copy are version 4's, unchanged.
+
+Measured on the H100 (bench --all, N = 124M): 1176 µs, against version 4's 1663 µs and a copy
+of the same 3.49 GB at 1156 µs (0.98x of the copy).
 """
 block_sizes = [64, 128, 256, 512, 1024]
 

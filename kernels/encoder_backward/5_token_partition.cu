@@ -44,6 +44,10 @@ the dwpe blocks, as in versions 2 and 3; its rows may still be in L2 for the sec
 dwpe blocks come last in the grid: equal, small pieces of work, they fill the SMs as the
 unequal token blocks finish. Registers are capped at 64 (launch bounds), so that at least 1024
 threads an SM stay resident to keep loads in flight.
+
+Measured on the H100 (bench --all, B=8 T=1024 C=768 V=50257, uniform random tokens, best
+block size 256): 47.4 µs, against version 3's 127.7 µs (the fastest deterministic version
+before it) and version 1's atomics at 40.7 µs; a copy of the same bytes takes 33.8 µs.
 """
 preconditions = ["N <= 2**30"]  # the scan of the ids counts positions in int, with a block of headroom
 block_sizes = [64, 128, 256, 512]

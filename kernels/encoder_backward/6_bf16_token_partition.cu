@@ -26,6 +26,10 @@ launches).
 Half the bytes of version 5 for dout and the rows it updates, the same number of accesses per
 byte: a warp's Pack8 load moves 512 bytes. Widths that are not a multiple of 8 take the same
 kernel with one channel per thread (2-byte accesses: correct, for the odd sizes).
+
+Measured on the H100 (bench --all, B=8 T=1024 C=768 V=50257, uniform random tokens, best
+block size 256): 30.4 µs, against version 4's 113.9 µs (whose single-block scan over V alone
+took 89 µs under Nsight Compute); a copy of the same bytes takes 20.0 µs.
 """
 block_sizes = [64, 128, 256, 512]
 preconditions = ["N <= 2**30"]  # the scan of the ids counts positions in int, with a block of headroom

@@ -34,6 +34,10 @@ walking all G, with no second launch in between. Whether that reaches the copy's
 how much of the team work overlaps: the grid is one wave of equal blocks, so they finish close
 together; the timings will tell. The final adds touch 4 bf16 (8 bytes) per thread per float4 of
 sums: 2*C values, once.
+
+Measured on the H100 (bench --all, B=8 T=1024 C=768, best block size 256): 37.2 µs, against
+version 7's 34.0 µs and a copy of the same bytes at 25.5 µs: slower, for version 8's reason (the
+team and final sums run when the rest of the GPU is idle).
 """
 # As version 7: Pack8 rows (C % 8 == 0), at most 2048 values a row in registers.
 preconditions = ["C % 8 == 0", "C <= 2048"]
