@@ -48,7 +48,9 @@ second launch to wait for. Each thread keeps eight rows' loads in flight before 
 order. How much of the team work really overlaps depends on how unevenly the blocks finish: this
 grid is one wave of equal blocks, so they finish close together and much of the gain may be the
 shorter tail; the timings will tell. The cost: a team row per team in scratch; per block, two
-barriers, a fence and an atomic; one memset.
+barriers, a fence and an atomic; one memset. The tickets and the in-order sums are in
+kernels/common/last_block_reduce.cuh, shared with version 9 (bf16), which differs only in how
+the final totals go into dweight and dbias.
 
 Measured on the H100 (bench --all, B=8 T=1024 C=768, best block size 256): 53.8 µs, against
 version 5's 51.5 µs and a copy of the same bytes at 42.4 µs. The fold did not pay: the last
@@ -89,7 +91,8 @@ shared = "block_size * C // 4"
 args = ["dinp", "dweight", "dbias", "partial", "team_sums", "tickets", "dout", "inp", "weight", "mean", "rstd", "N", "C", "team_size"]
 */
 
-#include "reduce.cuh"  // warp_sum: every lane gets the warp's total
+#include "last_block_reduce.cuh"  // the tickets and the in-order sums of the partial rows
+#include "reduce.cuh"             // warp_sum: every lane gets the warp's total
 
 // ---- version 5's work, unchanged --------------------------------------------------------------
 // VEC: float4 slots per lane, so rows up to 128 * VEC floats fit in registers.
@@ -166,51 +169,8 @@ __device__ void layernorm_backward_rows(float* dinp, float* partial, const float
     }
 }
 
-// ---- the reduction, in the same launch ---------------------------------------------------------
-__device__ __forceinline__ float4 add4(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-
-// Takes a ticket on *counter after this block's stores; true, in every thread of the block, iff
-// the ticket was the last of `expected`: then every other block that takes a ticket on this
-// counter has stored its data, and that data is visible to this block's __ldcg loads.
-// Every thread of the block must call (barriers inside).
-__device__ __forceinline__ bool took_last_ticket(int* counter, int expected) {
-    __threadfence();   // release: this thread's stores reach the whole GPU before what follows
-    __syncthreads();   // ... and every thread of the block has fenced before the ticket
-    int last = 0;
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == expected - 1;
-    last = __syncthreads_or(last);  // a barrier that also tells every thread thread 0's verdict
-    if (last) __threadfence();      // acquire: the loads that follow come after the ticket
-    return last;
-}
-
-// Sums `count` rows of W float4 (rows[r * W + e]) column by column, in row order:
-// ((row 0 + row 1) + row 2) + ..., and hands each column's total to emit(e, total). Thread t takes
-// columns t, t + blockDim.x, ...: a warp reads 512 contiguous bytes of a row at a time. Eight rows'
-// loads are issued before the first of them is added, so each thread has eight L2 round trips in
-// flight; the adds stay in row order whatever the batch. __ldcg: the rows were written by other
-// blocks, read them from L2, never from a stale L1 line.
-template <class Emit>
-__device__ __forceinline__ void sum_rows_in_order(const float* rows, int count, int W, Emit emit) {
-    const float4* r4 = reinterpret_cast<const float4*>(rows);
-    for (int e = threadIdx.x; e < W; e += blockDim.x) {
-        float4 total = __ldcg(r4 + e);
-        int r = 1;
-        for (; r + 8 <= count; r += 8) {
-            float4 v[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = __ldcg(r4 + (size_t)(r + k) * W + e);
-#pragma unroll
-            for (int k = 0; k < 8; k++) total = add4(total, v[k]);
-        }
-        for (; r < count; r++) total = add4(total, __ldcg(r4 + (size_t)r * W + e));
-        emit(e, total);
-    }
-}
-
-// Team t is blocks [t * team_size, min(G, (t + 1) * team_size)). tickets[t] counts the team's
-// finished blocks, tickets[teams] the finished teams; both zeroed by the memset before the launch.
+// ---- the reduction, in the same launch (last_block_reduce.cuh) ---------------------------------
+// Teams of team_size blocks and their tickets (zeroed by the memset step): last_block_reduce.cuh.
 template <int VEC>
 __device__ void layernorm_backward_fused(float* dinp, float* dweight, float* dbias, float* partial,
                                          float* team_sums, int* tickets, const float* dout,
@@ -218,23 +178,12 @@ __device__ void layernorm_backward_fused(float* dinp, float* dweight, float* dbi
                                          const float* rstd, int N, int C, int team_size) {
     layernorm_backward_rows<VEC>(dinp, partial, dout, inp, weight, mean, rstd, N, C);
 
-    int G = gridDim.x, teams = (G + team_size - 1) / team_size;
-    int team = blockIdx.x / team_size, first = team * team_size;
-    int members = min(team_size, G - first);
-    int W = C / 2;  // float4 in a row of 2*C floats
-    if (!took_last_ticket(&tickets[team], members)) return;  // another member sums this team
-
-    // The team's last block: its rows, in block order, into the team's row.
-    float4* team_row = reinterpret_cast<float4*>(team_sums) + (size_t)team * W;
-    sum_rows_in_order(partial + (size_t)first * 2 * C, members, W,
-                      [&](int e, float4 total) { team_row[e] = total; });
-    if (!took_last_ticket(&tickets[teams], teams)) return;  // another team finishes the sum
-
-    // The last team's last block: the team rows, in team order, added into the gradients.
+    // The last team's last block adds each float4 of column totals into the gradients: float4
+    // e < C/4 is dbias's, the rest dweight's.
     float4* db4 = reinterpret_cast<float4*>(dbias);
     float4* dw4 = reinterpret_cast<float4*>(dweight);
     int C4 = C / 4;
-    sum_rows_in_order(team_sums, teams, W, [&](int e, float4 total) {
+    reduce_partials_last_block(partial, team_sums, tickets, C, team_size, [&](int e, float4 total) {
         float4* grad = e < C4 ? db4 + e : dw4 + (e - C4);
         *grad = add4(*grad, total);
     });

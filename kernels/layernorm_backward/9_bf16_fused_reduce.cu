@@ -18,7 +18,8 @@ knows all the team's rows are written: it fences again (so its loads come after 
 them with __ldcg loads (from L2, never a stale L1 line) in block order, writes the team row, and
 takes a ticket on the global counter the same way; the last of those sums the team rows in team
 order. The other blocks just exit: no block ever waits for another, so any block order works. The
-counters are zeroed by a memset step before every launch (scratch is garbage until then).
+counters are zeroed by a memset step before every launch (scratch is garbage until then). The code
+is version 8's, in kernels/common/last_block_reduce.cuh; this file passes it the bf16 last step.
 
 Precision and determinism, as in version 7: the sums stay fp32 all the way (partial rows, team
 rows, the final column sum), and the bf16 dweight and dbias are widened, added to in fp32 and
@@ -73,7 +74,8 @@ shared = "block_size * C // 4"
 args = ["dinp", "dweight", "dbias", "partial", "team_sums", "tickets", "dout", "inp", "weight", "mean", "rstd", "N", "C", "team_size"]
 */
 
-#include "layernorm_bf16.cuh"  // Pack8 loads, unpack8/pack8, warp_sum
+#include "last_block_reduce.cuh"  // version 8's tickets and in-order sums of the partial rows
+#include "layernorm_bf16.cuh"     // Pack8 loads, unpack8/pack8, warp_sum
 
 // ---- version 7's work, unchanged ---------------------------------------------------------------
 // a + v[4h .. 4h+4)
@@ -169,47 +171,8 @@ __device__ void layernorm_backward_rows_bf16(bf16* dinp, float* partial, const b
     }
 }
 
-// ---- the reduction, in the same launch (version 8's, with a bf16 last step) ---------------------
-__device__ __forceinline__ float4 add4(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-
-// Takes a ticket on *counter after this block's stores; true, in every thread of the block, iff
-// the ticket was the last of `expected`: every other block ticketing on this counter has stored
-// its data, visible to this block's __ldcg loads. Every thread of the block must call.
-__device__ __forceinline__ bool took_last_ticket(int* counter, int expected) {
-    __threadfence();   // release: this thread's stores reach the whole GPU before what follows
-    __syncthreads();   // ... and every thread of the block has fenced before the ticket
-    int last = 0;
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == expected - 1;
-    last = __syncthreads_or(last);  // a barrier that also tells every thread thread 0's verdict
-    if (last) __threadfence();      // acquire: the loads that follow come after the ticket
-    return last;
-}
-
-// Sums `count` rows of W float4 column by column in row order, ((row 0 + row 1) + row 2) + ...,
-// and hands each column's total to emit(e, total). Thread t takes columns t, t + blockDim.x, ...;
-// eight rows' loads in flight before the first add; __ldcg: other blocks' rows, from L2.
-template <class Emit>
-__device__ __forceinline__ void sum_rows_in_order(const float* rows, int count, int W, Emit emit) {
-    const float4* r4 = reinterpret_cast<const float4*>(rows);
-    for (int e = threadIdx.x; e < W; e += blockDim.x) {
-        float4 total = __ldcg(r4 + e);
-        int r = 1;
-        for (; r + 8 <= count; r += 8) {
-            float4 v[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = __ldcg(r4 + (size_t)(r + k) * W + e);
-#pragma unroll
-            for (int k = 0; k < 8; k++) total = add4(total, v[k]);
-        }
-        for (; r < count; r++) total = add4(total, __ldcg(r4 + (size_t)r * W + e));
-        emit(e, total);
-    }
-}
-
-// Team t is blocks [t * team_size, min(G, (t + 1) * team_size)). tickets[t] counts the team's
-// finished blocks, tickets[teams] the finished teams; both zeroed by the memset before the launch.
+// ---- the reduction, in the same launch: version 8's (last_block_reduce.cuh), a bf16 last step ---
+// Teams of team_size blocks and their tickets (zeroed by the memset step): last_block_reduce.cuh.
 template <int VEC>
 __device__ void layernorm_backward_fused_bf16(bf16* dinp, bf16* dweight, bf16* dbias, float* partial,
                                               float* team_sums, int* tickets, const bf16* dout,
@@ -217,23 +180,11 @@ __device__ void layernorm_backward_fused_bf16(bf16* dinp, bf16* dweight, bf16* d
                                               const float* rstd, int N, int C, int team_size) {
     layernorm_backward_rows_bf16<VEC>(dinp, partial, dout, inp, weight, mean, rstd, N, C);
 
-    int G = gridDim.x, teams = (G + team_size - 1) / team_size;
-    int team = blockIdx.x / team_size, first = team * team_size;
-    int members = min(team_size, G - first);
-    int W = C / 2;  // float4 in a row of 2*C floats
-    if (!took_last_ticket(&tickets[team], members)) return;  // another member sums this team
-
-    // The team's last block: its rows, in block order, into the team's fp32 row.
-    float4* team_row = reinterpret_cast<float4*>(team_sums) + (size_t)team * W;
-    sum_rows_in_order(partial + (size_t)first * 2 * C, members, W,
-                      [&](int e, float4 total) { team_row[e] = total; });
-    if (!took_last_ticket(&tickets[teams], teams)) return;  // another team finishes the sum
-
-    // The last team's last block: the team rows in team order; each column's fp32 total is added
-    // to the widened bf16 gradient in fp32 and rounded once. Float4 e < C/4 is dbias's columns
-    // 4e .. 4e+3, the rest dweight's.
+    // The last team's last block: each column's fp32 total (the team rows in team order) is
+    // added to the widened bf16 gradient in fp32 and rounded once. Float4 e < C/4 is dbias's
+    // columns 4e .. 4e+3, the rest dweight's.
     int C4 = C / 4;
-    sum_rows_in_order(team_sums, teams, W, [&](int e, float4 total) {
+    reduce_partials_last_block(partial, team_sums, tickets, C, team_size, [&](int e, float4 total) {
         bf16* grad = e < C4 ? dbias + 4 * e : dweight + 4 * (e - C4);
         grad[0] = to_bf16(to_float(grad[0]) + total.x);
         grad[1] = to_bf16(to_float(grad[1]) + total.y);
