@@ -66,40 +66,7 @@ __device__ __forceinline__ void store4_stream(bf16* p, const Pack4& x) {
            *reinterpret_cast<const unsigned long long*>(&x));
 }
 
-// The step's scalars, computed once per thread from hp and norm2 (as in versions 3 and 4).
-struct Step {
-    float clip, beta1, beta2, inv_bc1, inv_sqrt_bc2, eps, lr, decay;
-};
-
-// 1 - beta^t = -expm1(t log(beta)), with log(beta) = log1p(beta - 1): no cancellation near 1.
-__device__ __forceinline__ float bias_correction(float beta, float t) {
-    return -expm1f(t * log1pf(beta - 1.0f));
-}
-
-__device__ __forceinline__ Step make_step(const float* hp, const float* norm2, float max_norm) {
-    Step s;
-    s.lr = hp[0];
-    s.beta1 = hp[1];
-    s.beta2 = hp[2];
-    s.eps = hp[3];
-    s.decay = 1.0f - hp[0] * hp[4];
-    float norm = sqrtf(norm2[0]);
-    s.clip = norm > max_norm ? max_norm / norm : 1.0f;  // clip only above the threshold
-    s.inv_bc1 = 1.0f / bias_correction(s.beta1, hp[5]);
-    s.inv_sqrt_bc2 = rsqrtf(bias_correction(s.beta2, hp[5]));
-    return s;
-}
-
-// One parameter in fp32, exactly as version 4: m and v move toward g and g^2 (a lerp as one
-// fma each), then the bias-corrected step and the decoupled weight decay.
-__device__ __forceinline__ float adamw_update(float p, float g, float& mi, float& vi,
-                                              const Step& s) {
-    g *= s.clip;
-    mi = fmaf(1.0f - s.beta1, g - mi, mi);
-    vi = fmaf(1.0f - s.beta2, g * g - vi, vi);
-    float step = (mi * s.inv_bc1) / (sqrtf(vi) * s.inv_sqrt_bc2 + s.eps);
-    return fmaf(-s.lr, step, s.decay * p);
-}
+#include "adamw_step.cuh"  // Step, make_step, adamw_update: version 4's arithmetic, shared
 
 extern "C" __global__ void adamw5(float* params, const bf16* grads, float* m, float* v,
                                   bf16* params_bf16, const float* hp, const float* norm2, int N,
