@@ -5,7 +5,8 @@ It prints nothing: callers pass a `progress(text)` callback and render the retur
 report.py. The order of work in a bench, and why:
 
 * the device is probed once (its copy ceiling is measured once per device and cached);
-* every version is compiled up front, in parallel, without a GPU context (compile.precompile);
+* every version is compiled in a background process pool, niced, without a GPU context
+  (compile.compile_in_pool); each version's row waits only for its own compile;
 * every family's reference cases are computed in a process pool in the background, and the
   families are benched in the order their cases become ready, so the GPU never waits on one
   family's references while another's are done;
@@ -180,24 +181,19 @@ class Session:
             for path in self._cases.pop(key):
                 shutil.rmtree(path, ignore_errors=True)
 
-    def precompile(self, versions: list[Version], wait: bool = True) -> None:
-        """Compile every version ahead, in parallel, for the device's arch (fills the cache).
-        wait=False: in the background, in the order given; run_version waits for its own (the
-        GPU works on the first versions while the later ones compile)."""
+    def start_compiles(self, versions: list[Version]) -> None:
+        """Compile the versions in the background, in the order given, for the device's arch (into
+        the cache): the GPU works on the first versions while the later ones compile; run_version
+        waits for its own."""
         from .compile import compile_in_pool
-        t0 = time.perf_counter()
         cc = self.device()["device"]["compute_capability"].replace(".", "")
-        self.progress(f"compiling {len(versions)} versions in parallel for sm_{cc}")
+        self.progress(f"compiling {len(versions)} versions in the background for sm_{cc}")
         if self._compile_pool is None:  # niced: the references and the GPU's own process come first
             self._compile_pool = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 2),
                                                      initializer=os.nice, initargs=(10,))
         for v in versions:
             if str(v.path) not in self._compiles:
                 self._compiles[str(v.path)] = compile_in_pool(self._compile_pool, v.path, f"sm_{cc}")
-        if wait:
-            for v in versions:
-                self._compiles[str(v.path)].result()
-            self._spent("compiling", t0)
 
     def _compiled(self, version: Version) -> None:
         """Wait for the version's background compile, if one was started."""
@@ -267,13 +263,20 @@ class Session:
         if any(s["kind"] == "torch" for s in specs):
             req["cases"] = self.cases(family, sizes, precision)[:1]
         self.progress(f"{family.name}: baselines ({', '.join(s['kind'] for s in specs)})")
-        if self._server is None:
-            self._server = Server(preload=("torch",) if self.options.torch else ())
+        server = self._baseline_server()
         t0 = time.perf_counter()
-        rows = rows_from(self._server.run(req, self.options.timeout * len(specs)), req, family.name)
+        rows = rows_from(server.run(req, self.options.timeout * len(specs)), req, family.name)
         self._spent("baselines", t0, rows)
         by_kind = {r.kind: r for r in rows}
         return by_kind.get("torch", torch_row), by_kind.get("copy")
+
+    def _baseline_server(self) -> Server:
+        """The baselines' long-lived child, started on first use; torch is imported as it starts
+        (when the session times against torch), so that cost overlaps the caller's next work."""
+        if self._server is None:
+            torch = self.options.time and self.options.torch and importlib.util.find_spec("torch") is not None
+            self._server = Server(preload=("torch",) if torch else ()).start()
+        return self._server
 
     def bench_family(self, family: Family, precision: str = "fp32", versions: list[Version] | None = None,
                      on_row: Callable[[Row], None] | None = None) -> FamilyResult:
@@ -307,10 +310,10 @@ class Session:
             run.families = earlier.families  # each was written whole, baselines included
         groups = [(f, p) for f in families for p in f.precision_names()
                   if any(v.precision == p for v in f.versions) and run.family(f.name, p) is None]
-        if self._server is None and self.options.time and self.options.torch and importlib.util.find_spec("torch"):
-            self._server = Server(preload=("torch",)).start()  # torch loads while the rest starts up
+        if self.options.time:
+            self._baseline_server()  # torch loads while the rest starts up
         self.prepare_cases(groups)
-        self.precompile([v for f, p in groups for v in f.versions if v.precision == p], wait=False)
+        self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
         for family, precision in self._ready_first(groups):
             result = self.bench_family(family, precision, on_row=on_row)
             self.drop_cases(family)

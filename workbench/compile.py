@@ -3,7 +3,8 @@
 On the GPU, versions are compiled the way PyCUDA's `SourceModule` does it, in its two halves:
 `pycuda.compiler.compile` (nvcc to a cubin, cached, so a re-run is instant) at the device's own
 arch, `-O3 --use_fast_math` by default, then `pycuda.driver.module_from_buffer`. Splitting them
-lets a bench compile every version ahead, in parallel and without a GPU context (`precompile`).
+lets a bench compile every version ahead, in a process pool and without a GPU context
+(`compile_in_pool`).
 The source is prefixed with a `#line` directive so nvcc's diagnostics name the version's own file
 and line. ptxas runs with `-v`; its report (registers, spills, stack, shared memory per kernel)
 is parsed and cached beside PyCUDA's cubin cache.
@@ -252,11 +253,3 @@ def compile_in_pool(pool, path: Path, arch: str):
     """Submit one version's compile (into the cache) to a process pool; the future's result is
     None, or the error text (reported again, properly, when the version runs)."""
     return pool.submit(_precompile_one, (str(path), arch))
-
-
-def precompile(paths: list[Path], arch: str, workers: int | None = None) -> list[str]:
-    """Fill the compile cache for many versions at once, in parallel (no GPU context needed)."""
-    from concurrent.futures import ProcessPoolExecutor
-    workers = workers or min(16, os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return [e for e in pool.map(_precompile_one, [(str(p), arch) for p in paths]) if e]

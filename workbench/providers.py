@@ -364,6 +364,8 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
                     skipped.append({"sizes": case.sizes, "requires": unmet})
                 continue
             bufs = CaseBuffers(provider.args(), shapes_of(case), case)
+            if timing and case is cases[0]:
+                kept = bufs
             try:
                 for config in configs:
                     if config in row.unusable_block_sizes:
@@ -374,40 +376,27 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
                     except LaunchConfigError as e:
                         row.unusable_block_sizes[config] = str(e)
             finally:
-                if timing and case is cases[0] and kept is None:
-                    kept = bufs
-                else:
+                if bufs is not kept:
                     bufs.free()
-    except BaseException:
-        if kept is not None:
-            kept.free()
-        raise
-    row.skipped_sizes = skipped
-    spent("check")
-    if kept is not None and (failed or not timing):
-        kept.free()
-        kept = None
-    usable = [c for c in configs if c not in row.unusable_block_sizes]
-    timed = cases[0]
-    if not usable or provider.unmet(timed.sizes):
-        if kept is not None:
-            kept.free()
-    if not usable:
-        row.status, row.reason = "failed", "no block size can be launched: " + "; ".join(row.unusable_block_sizes.values())
-        return row
-    if failed:
-        row.status = "failed"
-        return row
-    if provider.unmet(timed.sizes):
-        row.status, row.reason = "refused", f"requires {' and '.join(provider.unmet(timed.sizes))}"
-        return row
-    if timing:
-        flush = L2Flush() if options.get("flush", True) else None
-        bufs = kept or CaseBuffers(provider.args(), shapes_of(timed), timed)
-        budget = float(options.get("budget", 0.4))
-        screen = options.get("screen", True) and len(usable) > FINALISTS
-        raw = {}
-        try:
+        row.skipped_sizes = skipped
+        spent("check")
+        usable = [c for c in configs if c not in row.unusable_block_sizes]
+        if not usable:
+            row.status, row.reason = "failed", "no block size can be launched: " + "; ".join(row.unusable_block_sizes.values())
+            return row
+        if failed:
+            row.status = "failed"
+            return row
+        timed = cases[0]
+        if provider.unmet(timed.sizes):
+            row.status, row.reason = "refused", f"requires {' and '.join(provider.unmet(timed.sizes))}"
+            return row
+        if timing:
+            flush = L2Flush() if options.get("flush", True) else None
+            bufs = kept = kept or CaseBuffers(provider.args(), shapes_of(timed), timed)
+            budget = float(options.get("budget", 0.4))
+            screen = options.get("screen", True) and len(usable) > FINALISTS
+            raw = {}
             for config in usable:
                 report("time" + (f" block size {config}" if config is not None else ""))
                 bufs.with_scratch(provider.scratch(timed.sizes, config))
@@ -434,8 +423,9 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
                     row.status, row.reason = "failed", "passed before timing but failed after it"
                     return row
             spent("re-check")
-        finally:
-            bufs.free()
+    finally:
+        if kept is not None:  # the timed case's buffers, whichever way the row ended
+            kept.free()
     row.status = "passed"
     return row
 
