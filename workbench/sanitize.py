@@ -10,6 +10,7 @@ Jobs run several at a time: a sanitized run is mostly host-side instrumentation.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -63,30 +64,24 @@ def parse(output: str) -> tuple[int, list[str]]:
     return errors, lines[:6]
 
 
-_ACCEPTED: dict[tuple, bool] = {}
-
-
 # The probe needs a program that makes a CUDA call: the sanitizer fails one that makes none
 # ("terminated before first instrumented API call"), whatever its options.
 PROBE = "import pycuda.driver as d; d.init(); d.Device(0).make_context().pop()"
 
 
-def _accepts(cmd: list[str]) -> bool:
+@functools.lru_cache(maxsize=None)
+def _accepts(cmd: tuple[str, ...]) -> bool:
     """Does this compute-sanitizer take these options? (run once, on a program that only makes
     a context)"""
     import subprocess
     import sys
-    key = tuple(cmd)
-    if key not in _ACCEPTED:
-        try:
-            _ACCEPTED[key] = subprocess.run([*cmd, sys.executable, "-c", PROBE], capture_output=True,
-                                            timeout=120).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            _ACCEPTED[key] = False
-    return _ACCEPTED[key]
+    try:
+        return subprocess.run([*cmd, sys.executable, "-c", PROBE], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
-def command(tool: str) -> list[str]:
+def command(tool: str, leave_out_libraries: bool = True) -> list[str]:
     # API errors are not counted: cuDNN probes driver entry points that this driver lacks
     # (cuGetProcAddress answers "invalid argument"), by design; a failing call of ours fails the
     # job anyway. Kernels of NVIDIA's libraries (cuDNN's attention, cuBLAS's GEMMs) are left out:
@@ -95,22 +90,19 @@ def command(tool: str) -> list[str]:
            "--report-api-errors", "no"]
     if tool == "racecheck":
         cmd += ["--racecheck-report", "all"]
-    excluded = [*cmd]
-    for library in LIBRARY_KERNELS:
-        excluded += ["--kernel-name-exclude", f"kns={library}"]
-    # An older sanitizer without these filters still checks everything (libraries' kernels too).
-    return excluded if _ACCEPTED.get(tuple(excluded), True) else cmd
+    if leave_out_libraries:
+        for library in LIBRARY_KERNELS:
+            cmd += ["--kernel-name-exclude", f"kns={library}"]
+    return cmd
 
 
 def usable_command(tool: str) -> list[str]:
-    """command(tool), after making sure this compute-sanitizer accepts its options."""
-    cmd = command(tool)
-    if not _accepts(cmd):
-        _ACCEPTED[tuple(cmd)] = False
-        cmd = command(tool)
-        if not _accepts(cmd):
-            raise WorkbenchError(f"compute-sanitizer refused the options {' '.join(cmd[1:])}")
-    return cmd
+    """command(tool), once this compute-sanitizer is known to take its options; an older one
+    without the kernel filters still checks everything (the libraries' kernels too)."""
+    for cmd in (command(tool), command(tool, leave_out_libraries=False)):
+        if _accepts(tuple(cmd)):
+            return cmd
+    raise WorkbenchError(f"compute-sanitizer refused the options {' '.join(cmd[1:])}")
 
 
 def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, timeout: float = 600.0,
