@@ -54,7 +54,7 @@ shared = "4 * (5 * 64 * 68 + 2 * 64)"
 args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
 */
 
-#include "mma_backward.cuh"  // mma_tf32_1688, ldmatrix_x4, cp_async_*, to_tf32
+#include "mma.cuh"  // mma_tf32_1688, ldmatrix_x4, cp_async_*, to_tf32
 #include "reduce.cuh"        // warp_sum<16>
 
 #define TILE 64     // keys per block, queries per step, channels (HS zero-padded to 64)

@@ -26,7 +26,7 @@
 //   The 16 x 64 block of rows s[0..15][0..63] as four A fragments of m16n8k16 (a[kk]: channels
 //   16 kk .. 16 kk + 15), by ldmatrix: lane L addresses row L % 8 + 8 ((L / 8) % 2), channel
 //   16 kk + 8 (L / 16): matrices 0..3 are (rows 0-7, ch +0), (rows 8-15, ch +0), (rows 0-7, ch +8),
-//   (rows 8-15, ch +8), which is a[kk][0..3] (see mma_backward.cuh).
+//   (rows 8-15, ch +8), which is a[kk][0..3] (see mma.cuh).
 //
 // mma_abt<NT>(acc, a, s):  acc (16 x 8 NT) += A (16 x 64, four fragments) . S^T
 //   S is a tile of 8 NT rows: the product's column n is S's row n, a dot product over channels
@@ -46,7 +46,7 @@
 //
 // acc_to_a(a, c): a 16 x 64 fp32 accumulator (8 n-tiles, C layout) as four bf16 A fragments over
 //   its 64 columns: a[kk] = {c[2kk][0,1], c[2kk][2,3], c[2kk+1][0,1], c[2kk+1][2,3]} (the C -> A
-//   identity in mma_backward.cuh), rounded to bf16.
+//   identity in mma.cuh), rounded to bf16.
 // store_a_smem(s, a): those four fragments into rows 0..15 of a tile, as 32-bit stores
 //   (a[kk][0] -> row g, columns 16 kk + 2t, 2t + 1; [1] -> row g + 8; [2], [3]: columns + 8).
 //
@@ -81,7 +81,7 @@
 #define KERNELS_COMMON_ATTENTION_BACKWARD_BF16_CUH
 
 #include "bf16.cuh"
-#include "mma_backward.cuh"
+#include "mma.cuh"
 #include "reduce.cuh"
 
 #define AB_DH 64      // channels per tile row (HS zero-padded to 64)

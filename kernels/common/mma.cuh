@@ -49,7 +49,7 @@
 // when their start addresses fall in 8 different 16-byte bank groups (row stride = 16 mod 128
 // bytes, e.g. a padded row, or an XOR swizzle).
 //
-// ---- cp.async.cg.shared.global (cp_async_16, cp_async_commit, cp_async_wait<N>) ---------------
+// ---- cp.async (cp_async_16, cp_async_4, cp_async_commit, cp_async_wait<N>) --------------------
 // cp_async_16(dst, src, valid): copies 16 bytes global -> shared without passing through
 // registers (and without L1: .cg). If !valid, src is not read and dst is filled with zeros
 // (src-size 0); src must still be a valid-looking address (pass the tensor's base). Both
@@ -112,6 +112,13 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 }
 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) { cp_async_16(smem_addr(dst), src, valid); }
+
+// cp_async_4(dst, src, valid): the same for 4 bytes (.ca: cached in L1; 16 is the only size .cg
+// takes), 4-byte aligned addresses. The backward kernels stage each row's log-sum-exp this way.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
 
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");

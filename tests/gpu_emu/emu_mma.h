@@ -1,4 +1,4 @@
-// emu_mma.h: kernels/common/mma_backward.cuh and mma.cuh (same names and signatures) for the
+// emu_mma.h: kernels/common/mma.cuh (the same names and signatures) for the
 // emulator. Each function is a warp collective: the 32 lanes' registers are gathered into whole
 // matrices using the PTX ISA's fragment tables, written here from the ISA text and not from the
 // kernels ("Matrix Fragments for mma.m16n8k16 with floating point type", "... mma.m16n8k8",
@@ -19,7 +19,6 @@
 #pragma once
 #include "emu_bf16.h"
 
-#define KERNELS_COMMON_MMA_BACKWARD_CUH
 #define KERNELS_COMMON_MMA_CUH
 
 inline float emu_bf16_bits(uint32_t h) { return __bfloat162float(__nv_bfloat16{uint16_t(h & 0xffff)}); }
@@ -122,7 +121,6 @@ inline uint32_t smem_addr(const void* p) {
     emu_check_smem(p, 0, 1, "smem_addr");
     return uint32_t(static_cast<const unsigned char*>(p) - smem);
 }
-inline uint32_t smem_address(const void* p) { return smem_addr(p); }
 inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { emu_ldmatrix(r, p, false); }
 inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { emu_ldmatrix(r, p, true); }
 inline void ldmatrix_x4(unsigned (&r)[4], uint32_t a) { emu_ldmatrix(r, smem + a, false); }
