@@ -28,6 +28,13 @@ RACECHECK_HAZARDS = """\
 =========     and Write access at scale7+0x40 [124 hazards]
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 """
+INITCHECK_LIBRARY = """\
+========= COMPUTE-SANITIZER
+========= Uninitialized __global__ memory read of size 4 bytes
+=========     at 0x1a0 in sgemm_largek_lds64
+=========     by thread (0,0,0) in block (0,0,0)
+========= ERROR SUMMARY: 1 error
+"""
 CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
 
 
@@ -35,6 +42,13 @@ def test_parse_counts_errors_and_keeps_the_first_reports():
     errors, lines = sanitize.parse(MEMCHECK_ERRORS)
     assert errors == 3
     assert lines and lines[0].startswith("Invalid __global__ write")
+
+
+def test_parse_names_the_kernel_each_report_happened_in():
+    _, lines = sanitize.parse(MEMCHECK_ERRORS)
+    assert lines[0].endswith("(at scale8+0x90)"), "a report must say whose kernel it came from"
+    _, lines = sanitize.parse(INITCHECK_LIBRARY)
+    assert lines == ["Uninitialized __global__ memory read of size 4 bytes (at 0x1a0 in sgemm_largek_lds64)"]
 
 
 def test_parse_counts_racecheck_hazards():
