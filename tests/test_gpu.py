@@ -71,6 +71,37 @@ def test_a_faulty_version_is_reported_and_the_bench_goes_on():
     assert fam.copy is not None and fam.copy.passed, "the copy baseline is a row like any other"
 
 
+def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_restored():
+    """Versions open the family's cases, staged once on the device, through IPC handles: one that
+    writes into them must not pass, nor leave the next version a corrupted case."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+    from workbench.results import Row
+    from workbench.staging import Opened
+    project = Project(FIXTURES / "project")
+    family = project.family("scale")
+    with Session(project, Options(timeout=60, torch=False)) as s:
+        paths = s.cases(family, s.sizes_for(family))
+        staged = s.staged(family, "fp32", paths)
+        assert staged is not None and set(staged) == set(paths)
+        clean = Row("version", "scale", 1, status="passed")
+        s._check_staged(paths, clean)
+        assert clean.status == "passed", clean.reason
+        opened = Opened({paths[0]: staged[paths[0]]})
+        (ptr, nbytes), = opened.pointers[paths[0]]["in"].values()
+        drv.memset_d32(ptr, 0x12345678, 1)  # one word of the pristine input, as a stray write would
+        drv.Context.synchronize()
+        opened.close()
+        culprit = Row("version", "scale", 2, status="passed")
+        s._check_staged(paths, culprit)
+        assert culprit.status == "failed" and "changed the shared reference case" in culprit.reason
+        after = Row("version", "scale", 1, status="passed")
+        s._check_staged(paths, after)
+        assert after.status == "passed", "the owner uploaded the case again"
+        row = s.run_version(family.version(1))
+        assert row.status == "passed", (row.reason, row.failures[:1])
+
+
 @pytest.mark.parametrize("op", ["gemm", "gemm_lt"])
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False)])
 def test_library_gemm_is_row_major_and_batched(op, trans_a, trans_b):

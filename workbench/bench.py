@@ -53,6 +53,7 @@ class Options:
     flush: bool = True
     time: bool = True                   # False: check only
     screen: bool = True                 # time every block size briefly, the front-runners fully
+    stage: bool = True                  # upload each family's cases once, shared by its versions (staging.py)
 
 
 Progress = Callable[[str], None]
@@ -78,6 +79,9 @@ class Session:
         self._server: Server | None = None     # the baselines' long-lived child
         self._versions: Server | None = None   # a fresh child per version, the next one started ahead
         self._device: dict | None = None
+        self._staged: dict[str, dict] = {}       # case path -> its IPC handles in the baselines' child
+        self._stage_owner: int | None = None     # that child's pid: its memory dies with it
+        self._staged_group: tuple[str, str] | None = None  # one (family, precision) staged at a time
         self.seconds: dict[str, float] = {}      # where the time went, by activity
         self.phases: dict[str, dict[str, float]] = {}  # "versions"/"baselines" -> the rows' phases summed
 
@@ -176,10 +180,61 @@ class Session:
                                                        plan, str(self._tmp / f"{family.name}-{precision}-p{i}"))
 
     def drop_cases(self, family: Family) -> None:
-        """Delete a family's case files: a bench of every family would otherwise fill the disk."""
-        for key in [k for k in self._cases if k[0] == family.name]:
-            for path in self._cases.pop(key):
-                shutil.rmtree(path, ignore_errors=True)
+        """Delete a family's case files (a bench of every family would otherwise fill the disk)
+        and free its staged cases on the device."""
+        paths = [path for key in [k for k in self._cases if k[0] == family.name] for path in self._cases.pop(key)]
+        staged = [p for p in paths if p in self._staged]
+        if staged:
+            self._stage_job({"action": "release", "cases": staged})
+            for p in staged:
+                self._staged.pop(p, None)
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+    # -- staged cases (staging.py) ---------------------------------------------------------------
+    def _stage_job(self, job: dict) -> dict:
+        server = self._baseline_server()
+        res = server.run({"job": "stage", "root": str(self.project.root), **job}, self.options.timeout)
+        if res.get("status") != "passed" or res.get("pid") != self._stage_owner:
+            self._staged.clear()  # failed, or a new child: whatever was staged died with the old one
+            self._stage_owner = res.get("pid") if res.get("status") == "passed" else None
+        return res
+
+    def staged(self, family: Family, precision: str, paths: list[str]) -> dict | None:
+        """The IPC handles of these cases, staged on the device by the baselines' child (uploaded
+        there on first use); None when staging is off or failed: the children upload them."""
+        if not self.options.stage:
+            return None
+        if self._staged and self._staged_group != (family.name, precision):
+            self._stage_job({"action": "release"})  # another family's: device memory holds one at a time
+            self._staged.clear()
+        self._staged_group = (family.name, precision)
+        for _ in range(2):  # twice: if the owner had restarted, what it held is gone and is staged anew
+            missing = [p for p in paths if p not in self._staged]
+            if missing:
+                t0 = time.perf_counter()
+                res = self._stage_job({"action": "stage", "family": family.name, "precision": precision,
+                                       "cases": missing})
+                self._spent("staging cases", t0)
+                if res.get("status") != "passed":
+                    self.progress(f"{family.name}: cases not staged ({res.get('reason', res.get('status'))}): "
+                                  "each version uploads them")
+                    return None
+                self._staged.update(res["staged"])
+            if all(p in self._staged for p in paths):
+                return {p: self._staged[p] for p in paths}
+        return None
+
+    def _check_staged(self, paths: list[str], row: Row) -> None:
+        """After a version: were the staged cases it opened left as they were? A version that
+        wrote into them (out of bounds) fails; the owner has uploaded them again."""
+        res = self._stage_job({"action": "verify", "cases": paths})
+        changed = res.get("changed") or []
+        if changed and row.status == "passed":
+            row.status = "failed"
+        if changed:
+            row.reason = ((row.reason + "; ") if row.reason else "") + \
+                "wrote outside its own buffers: it changed the shared reference case (" + ", ".join(changed[:3]) + ")"
 
     def start_compiles(self, versions: list[Version]) -> None:
         """Compile the versions in the background, in the order given, for the device's arch (into
@@ -230,6 +285,9 @@ class Session:
         req = {**self.request(family, sizes, version.precision),
                "providers": [{"kind": "version", "version": version.number}],
                "cases": self.cases(family, sizes, version.precision, extra_sizes)}
+        staged = self.staged(family, version.precision, req["cases"])
+        if staged:
+            req["staged"] = staged
         self._compiled(version)
         self.progress(f"{version.label}: compile, check, time")
         if self._versions is None:
@@ -237,6 +295,10 @@ class Session:
         t0 = time.perf_counter()
         rows = rows_from(self._versions.run(req, self.options.timeout), req, family.name)
         self._spent("versions", t0, rows)
+        if staged:
+            t0 = time.perf_counter()
+            self._check_staged(req["cases"], rows[0])
+            self._spent("staging cases", t0)
         return rows[0]
 
     def run_baselines(self, family: Family, sizes: dict[str, int] | None = None,
@@ -262,6 +324,9 @@ class Session:
         req = {**self.request(family, sizes, precision), "providers": specs}
         if any(s["kind"] == "torch" for s in specs):
             req["cases"] = self.cases(family, sizes, precision)[:1]
+            staged = self.staged(family, precision, req["cases"])  # the versions' own: no upload
+            if staged:
+                req["staged"] = staged
         self.progress(f"{family.name}: baselines ({', '.join(s['kind'] for s in specs)})")
         server = self._baseline_server()
         t0 = time.perf_counter()
@@ -310,6 +375,7 @@ class Session:
             run.families = earlier.families  # each was written whole, baselines included
         groups = [(f, p) for f in families for p in f.precision_names()
                   if any(v.precision == p for v in f.versions) and run.family(f.name, p) is None]
+        groups.sort(key=self._reference_cost)  # the GPU starts on a family whose references are quick
         if self.options.time:
             self._baseline_server()  # torch loads while the rest starts up
         self.prepare_cases(groups)
@@ -358,6 +424,13 @@ class Session:
             if on_point:
                 on_point(row, copy)
         return points
+
+    def _reference_cost(self, group: tuple[Family, str]) -> float:
+        """A rough guess of the seconds a group's float64 references take: their bytes at ~1 GB/s
+        and their FLOPs at ~10 GFLOP/s (AdamW's 124M parameters, sgemm's 4096^3 product)."""
+        family, precision = group
+        sizes = self.sizes_for(family)
+        return family.bytes_moved(sizes, precision) / 1e9 + (family.flops_done(sizes) or 0) / 1e10
 
     def _ready_first(self, groups: list[tuple[Family, str]]):
         """The groups in the order their reference cases become ready (bench order among the

@@ -39,6 +39,9 @@ class Case:
     inputs: dict[str, np.ndarray]     # as the device stores them (bf16: raw bits)
     expected: dict[str, np.ndarray]   # float64 (float32 once saved)
     precision: str = "fp32"
+    # In a worker, where the case is staged on the device (staging.py): {"in"/"exp": {name:
+    # (address, nbytes)}}, the pristine inputs and expected outputs CaseBuffers then uses in place.
+    staged: dict | None = None
 
     @property
     def label(self) -> str:

@@ -16,6 +16,7 @@ copy ceiling), "peaks" (matmul ceilings).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -96,6 +97,31 @@ def _provider(spec: dict, family, block_sizes):
 
 def run_rows(req: dict, rep: Reporter) -> None:
     """Check and time each provider of the request, one after another, each its own row."""
+    pointers, opened = _staged_pointers(req)
+    try:
+        _run_rows(req, rep, pointers)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _staged_pointers(req: dict) -> tuple[dict, object | None]:
+    """{path: {"in"/"exp": {name: (address, nbytes)}}} of the request's staged cases, and what to
+    close afterwards: in the staging child itself its own addresses, elsewhere the handles opened."""
+    staged = req.get("staged") or {}
+    if not staged:
+        return {}, None
+    if _STAGE is not None and all(_STAGE.pointers(p) is not None for p in staged):
+        return {p: _STAGE.pointers(p) for p in staged}, None
+    from .staging import Opened
+    try:
+        opened = Opened(staged)
+    except Exception:  # the owner is gone, or IPC is refused here: upload the cases as before
+        return {}, None
+    return opened.pointers, opened
+
+
+def _run_rows(req: dict, rep: Reporter, pointers: dict) -> None:
     import pycuda.driver as drv
 
     from .check import load_case
@@ -136,6 +162,8 @@ def run_rows(req: dict, rep: Reporter) -> None:
             else:
                 if cases is None:
                     cases = [load_case(p) for p in req["cases"]]
+                    for path, case in zip(req["cases"], cases):
+                        case.staged = pointers.get(path)
                 row.phases["setup"] = time.perf_counter() - t0  # compile or load, set up, open the cases
                 run_row(provider, family.name, cases, shapes_for(provider.args(), family.env), options, report, row)
                 row.sizes = cases[0].sizes
@@ -176,7 +204,31 @@ def run_peaks(req: dict, rep: Reporter) -> None:
     rep.result["status"] = "passed"
 
 
-JOBS = {"rows": run_rows, "probe": run_probe, "peaks": run_peaks}
+# The staged cases of the family being benched, in the baselines' long-lived child (staging.py).
+_STAGE = None
+
+
+def run_stage(req: dict, rep: Reporter) -> None:
+    """Upload a family's cases once ("stage"), check them after a version ("verify": what changed
+    is uploaded again and named), or free them ("release")."""
+    global _STAGE
+    from .family import Project
+    from .staging import Stage
+    if _STAGE is None:
+        _STAGE = Stage()
+    if req["action"] == "stage":
+        rep.phase(f"staging {len(req['cases'])} cases of {req['family']}")
+        family = Project(req["root"]).family(req["family"])
+        rep.result["staged"] = _STAGE.stage(req["cases"], family, req["precision"])
+    elif req["action"] == "verify":
+        rep.result["changed"] = _STAGE.verify(req["cases"])
+    else:
+        _STAGE.release(req.get("cases"))
+    rep.result["pid"] = os.getpid()  # the owner: its staged memory lives as long as this process
+    rep.result["status"] = "passed"
+
+
+JOBS = {"rows": run_rows, "probe": run_probe, "peaks": run_peaks, "stage": run_stage}
 
 
 def run_request(path: str) -> None:
