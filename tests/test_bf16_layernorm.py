@@ -12,12 +12,14 @@ from conftest import ROOT
 
 # family -> (the args that become bf16, the bf16 versions)
 BF16 = {
-    "layernorm_forward": (["out", "inp", "weight", "bias"], [8, 9]),
-    "layernorm_backward": (["dinp", "dweight", "dbias", "dout", "inp", "weight"], [6, 7, 9]),
-    "fused_residual_forward": (["residual", "normed", "inp1", "inp2", "weight", "bias"], [4, 5]),
+    "layernorm_forward": (["out", "inp", "weight", "bias"], [8, 9, 10]),
+    "layernorm_backward": (["dinp", "dweight", "dbias", "dout", "inp", "weight"], [6, 7, 9, 11]),
+    "fused_residual_forward": (["residual", "normed", "inp1", "inp2", "weight", "bias"], [4, 5, 6]),
     "residual_forward": (["out", "inp1", "inp2"], [4]),
 }
 FAMILIES = sorted(BF16)
+# Versions whose column sums use float atomics (their last bits vary from run to run)
+NOT_DETERMINISTIC = {("layernorm_backward", 11)}
 
 
 def family(name):
@@ -57,7 +59,7 @@ def test_the_new_versions_are_bf16_and_one_of_them_takes_every_test_size(name):
     assert all(v.precision == "bf16" for v in versions)
     assert [v.number for v in fam.versions if v.precision == "bf16"] == BF16[name][1]
     for v in versions:
-        assert v.deterministic
+        assert v.deterministic == ((name, v.number) not in NOT_DETERMINISTIC), v.label
         for arg in v.args:
             assert arg.dtype == ("bf16" if arg.name in BF16[name][0] else "f32")
     for sizes in [fam.default_sizes, *fam.test_sizes]:
