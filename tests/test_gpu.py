@@ -100,6 +100,7 @@ def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_res
         assert after.status == "passed", "the owner uploaded the case again"
         row = s.run_version(family.version(1))
         assert row.status == "passed", (row.reason, row.failures[:1])
+        assert not s.staging_misses, "the version's child opened the staged case instead of uploading it"
 
 
 @pytest.mark.parametrize("op", ["gemm", "gemm_lt"])

@@ -82,6 +82,7 @@ class Session:
         self._staged: dict[str, dict] = {}       # case path -> its IPC handles in the baselines' child
         self._stage_owner: int | None = None     # that child's pid: its memory dies with it
         self._staged_group: tuple[str, str] | None = None  # one (family, precision) staged at a time
+        self.staging_misses: list[str] = []      # versions whose child could not open the staged cases
         self.seconds: dict[str, float] = {}      # where the time went, by activity
         self.phases: dict[str, dict[str, float]] = {}  # "versions"/"baselines" -> the rows' phases summed
 
@@ -293,8 +294,12 @@ class Session:
         if self._versions is None:
             self._versions = Server(jobs_per_child=1, standby=True)
         t0 = time.perf_counter()
-        rows = rows_from(self._versions.run(req, self.options.timeout), req, family.name)
+        res = self._versions.run(req, self.options.timeout)
+        rows = rows_from(res, req, family.name)
         self._spent("versions", t0, rows)
+        if staged and not str(res.get("staging", "")).startswith("used"):  # it uploaded its own
+            self.staging_misses.append(f"{version.label}: staged cases {res.get('staging', 'not opened')}")
+            self.progress(self.staging_misses[-1])
         if staged:
             t0 = time.perf_counter()
             self._check_staged(req["cases"], rows[0])

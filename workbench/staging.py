@@ -159,7 +159,7 @@ class Opened:
                 for kind, bufs in kinds.items():
                     self.pointers[path][kind] = {}
                     for name, (handle, nbytes) in bufs.items():
-                        h = drv.IPCMemoryHandle(bytes.fromhex(handle))
+                        h = drv.IPCMemoryHandle(bytearray.fromhex(handle))
                         self._handles.append(h)
                         self.pointers[path][kind][name] = (int(h), int(nbytes))
         except BaseException:

@@ -97,7 +97,7 @@ def _provider(spec: dict, family, block_sizes):
 
 def run_rows(req: dict, rep: Reporter) -> None:
     """Check and time each provider of the request, one after another, each its own row."""
-    pointers, opened = _staged_pointers(req)
+    pointers, opened = _staged_pointers(req, rep)
     try:
         _run_rows(req, rep, pointers)
     finally:
@@ -105,19 +105,22 @@ def run_rows(req: dict, rep: Reporter) -> None:
             opened.close()
 
 
-def _staged_pointers(req: dict) -> tuple[dict, object | None]:
+def _staged_pointers(req: dict, rep: Reporter) -> tuple[dict, object | None]:
     """{path: {"in"/"exp": {name: (address, nbytes)}}} of the request's staged cases, and what to
     close afterwards: in the staging child itself its own addresses, elsewhere the handles opened."""
     staged = req.get("staged") or {}
     if not staged:
         return {}, None
     if _STAGE is not None and all(_STAGE.pointers(p) is not None for p in staged):
+        rep.result["staging"] = "used (its owner)"
         return {p: _STAGE.pointers(p) for p in staged}, None
     from .staging import Opened
     try:
         opened = Opened(staged)
-    except Exception:  # the owner is gone, or IPC is refused here: upload the cases as before
+    except Exception as e:  # the owner is gone, or IPC is refused here: upload the cases as before
+        rep.result["staging"] = f"not used: {cuda_message(e)}"
         return {}, None
+    rep.result["staging"] = "used"
     return opened.pointers, opened
 
 
