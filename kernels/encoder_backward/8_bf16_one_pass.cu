@@ -1,0 +1,162 @@
+/*
+title = "bf16, one pass over dout: each block learns which of its tokens repeat from one scan of the ids; the rest need no coordination"
+precision = "bf16"
+changed = "Version 6 partitions the destinations (block g owns the tokens v % G == g: it reads all ids and sorts its positions before its first dout load, and dwpe's blocks read dout a second time). This version partitions dout itself: a thread owns (t, 8 channels) and walks b, reading each dout chunk once; it sums dwpe's B rows in registers and adds each row to its token's dwte row itself, in fp32, rounding once. What makes that safe without atomics: each block scans all the ids once against a hash table of its own tokens in shared memory, so every position knows how many positions in the batch hold its token. A token held once (85% of positions at the default sizes) is updated by its position's thread directly; a repeated one only by its leader, which sums the group's rows in ascending position order. One launch, no scratch, no global atomics, deterministic; the dwte rows to be updated are prefetched to L2 (sm_90 bulk prefetch) while the block scans."
+why = """
+Version 6 (30.4 µs at B=8 T=1024 C=768 V=50257, uniform random tokens; a copy of the same 40.9
+MB: 20.0 µs) starts every one of its 512 token blocks with a walk over all 8192 ids: 8 rounds,
+each an L2 round trip and a barrier, then compaction, a counting sort and a plan, all before its
+first dout load, so DRAM idles at the start; then the dwpe blocks read dout again.
+
+Here what a thread must read does not depend on the scan, so it is requested first: the block's
+32 token ids and the thread's B = 8 dout chunks (16-byte loads, 128 bytes) from DRAM, before
+anything else. The block owns 384 consecutive units (t, 8 channels), i.e. 4 time steps x 96
+chunks, so 32 positions; it puts their tokens in a hash table in shared memory (128 slots) and a
+4096-bit filter, asks L2 (cp.async.bulk.prefetch, sm_90) for those tokens' dwte row ranges and
+its dwpe rows, and scans all N ids from L2 (int4 loads, four in flight a thread: two round
+trips). An id that is none of the block's 32 tokens, nearly all of them, fails the filter (a
+shared load and a few integer operations, no branch; 1% pass by accident and are probed); a hit
+counts the position against the token, keeps it (the first 8) and takes the minimum of
+mix(position), a bijective hash. After two barriers every position knows k, the number of
+positions in the whole batch that hold its token, and its leader (the smallest mix).
+
+Then each thread adds its 8 dout chunks into dwpe's sum (in order of b), and for each of its
+positions with k = 1 (85% of positions: (N-1)/V = 0.16, e^-0.16 = 0.85): load the dwte chunk (an
+L2 hit by now), add the row in fp32, round once, store; with k > 1, only the leader's thread
+does it, which sums the group's k rows in ascending position order (the others re-read: 633
+rows, 1 MB, mostly from L2). Every dwte and dwpe chunk has exactly one writer in the grid, so
+there are no atomics, and every row is summed in fp32 and rounded once (family.toml: bf16
+atomics fail the tolerance).
+
+Tokens held by more than 8 positions (none at these sizes, but frequent tokens in real text, and
+V = 1 or 2) are summed after the block's own work by the block owning the leader's chunks: a
+warp per (32 chunks, one of 8 fixed ranges of positions), the ranges' fp32 partial sums added in
+order through shared memory. The leader is the smallest mix rather than the first position so
+that frequent tokens, whose first positions crowd the start of every sequence, do not pile onto
+the first blocks; still, all of one such token goes through one SM (or two), as in versions 5
+and 6: a token holding a large share of a batch is a tail.
+
+The order of every addition (kernels/common/encoder_backward_fast.cuh states it) is set by the
+data alone: the bits are the same at every block size and on every run.
+
+Bytes: dout read once (12.6 MB, plus the leaders' 1 MB of re-reads, mostly L2 hits), 7559
+distinct dwte rows read and written (11.6 + 11.6 MB; the family's count takes all 8192, so it is
+a little generous) plus 633 rows prefetched for non-leaders (1 MB, wasted), dwpe 1.6 + 1.6 MB:
+~28 MB read and 13 MB written, where a copy of the family's 40.9 MB reads and writes 20.5 MB
+each; reads are the cheaper, so the copy's time is within reach if DRAM stays busy. The scan
+costs L2 and issue slots, not DRAM: 256 blocks x 32 KB = 8.4 MB of L2 reads and, a block, 8192
+filter tests (~7 instructions each: ~1.6k warp instructions, ~0.5 µs of one SM's issue), while
+the block's dout loads are in flight. (A hash probe per id, branching on every id, cost twice
+the instructions.) Registers: 80 (launch bounds (384, 2); at 512 threads a block, 100, so 384 is
+the largest block), so two 384-thread blocks an SM and the 256 blocks are one wave; 768 threads
+x 128 bytes = 98 KB of dout in flight per SM at the start, and the dwte rows already on their
+way to L2 through the bulk prefetches, which hold no registers (Little's law wants ~25-35 KB per
+SM). What is left on a block's critical path: the own ids (a DRAM round trip), the scan (two L2
+round trips and the probes), then L2 hits. Predicted: 19-21 µs at the default sizes (the goal is
+21 µs; the copy takes 20.0 µs). What could cost more than predicted: the wave's blocks reach the
+dwte phase together and wait on prefetches that DRAM serves in its own order; a profile would
+show it as DRAM idle near the end.
+
+The header is written for any element type: with fp32 rows (Row<float, 4>, 4 channels a unit) it
+is a deterministic fp32 version, which tests/test_encoder_backward_fast.py builds to check the
+formula bit for bit (bf16's one rounding hides most fp32 order differences); on the emulator it
+also stays within the fp32 tolerance on a Zipf batch whose most frequent token holds 2129 of
+8192 positions, where versions 1 and 7 (atomics in arbitrary order) exceed it.
+
+Widths that are not a multiple of 8 take the same kernel with one channel a unit (no prefetch).
+A block owns at most 512 positions (UB limits its units when C is tiny), so the table fits in
+shared memory at every size with B <= 256.
+"""
+block_sizes = [128, 256, 384]
+preconditions = ["B <= 256"]  # a block's positions (B x its time steps) must fit its 512-position table
+
+[derived]
+CU = "C // 8 if C % 8 == 0 else C"                    # units a time step has: 8 channels, or 1
+UB = "min(block_size, CU * max(1, 512 // B - 1))"     # units a block owns: at most 512 positions
+PB = "B * min(T, (UB - 1) // CU + 2)"                 # the positions those units touch, at most
+HS = "2 ** (ilog2(2 * PB - 1) + 1)"                   # hash slots: a power of two >= 2 * PB
+# partial sums of long groups (max(1, warps / 8) x 8 slices x 256 floats), then the table (key,
+# count, lead, 8 positions a slot), 2 x PB + 1 ints of position lists and a 4096-bit filter.
+shared_bytes = "8192 * max(1, block_size // 256) + 4 * (11 * HS + 2 * PB + 1 + 128)"
+
+[[launch]]
+kernel = "encoder_backward8_pack8"
+when = "C % 8 == 0"
+grid = "cdiv(T * CU, UB)"
+block = "block_size"
+shared = "shared_bytes"
+args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V", "UB", "PB", "ilog2(HS)"]
+
+[[launch]]
+kernel = "encoder_backward8_scalar"
+when = "C % 8 != 0"
+grid = "cdiv(T * CU, UB)"
+block = "block_size"
+shared = "shared_bytes"
+args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V", "UB", "PB", "ilog2(HS)"]
+*/
+#include "bf16.cuh"                   // bf16, Pack8 (eight bf16 in 16 bytes) with load8/store8, to_float/to_bf16
+#include "encoder_backward_fast.cuh"  // the one-pass kernel, its table, scan and fixed-order sums
+
+constexpr int VEC_MAX = 8;  // the widest chunk (a Pack8): the header's shared_bytes relies on it
+
+// ---- bf16 rows: VEC consecutive values in one access (8: a Pack8; 1: one bf16), widened. ----
+namespace ebfast {
+template <> struct Row<bf16, 8> {
+    // Held as four 32-bit words, two bf16 each, widened only when added: a thread holds 12 of
+    // these at once (8 dout chunks, 4 dwte chunks), and eight bf16 kept one a register would
+    // double their registers. Zeroed when declared: the kernels load rows under conditions the
+    // compiler cannot follow (active threads, b < B), and a register that may be read before it
+    // is written stays allocated from the kernel's first instruction (ptxas counted 30 more).
+    int4 q = {0, 0, 0, 0};
+    __device__ __forceinline__ void load(const bf16* p) { q = *reinterpret_cast<const int4*>(p); }
+    // bf16 is the top half of a float: widening is a shift or a mask of its word.
+    __device__ __forceinline__ static float lo(int w) { return __int_as_float(w << 16); }
+    __device__ __forceinline__ static float hi(int w) { return __int_as_float(w & (int)0xffff0000u); }
+    __device__ __forceinline__ void add_to(float (&acc)[8]) const {
+        acc[0] += lo(q.x);
+        acc[1] += hi(q.x);
+        acc[2] += lo(q.y);
+        acc[3] += hi(q.y);
+        acc[4] += lo(q.z);
+        acc[5] += hi(q.z);
+        acc[6] += lo(q.w);
+        acc[7] += hi(q.w);
+    }
+    // p[0..8) = these values widened + sum, rounded once.
+    __device__ __forceinline__ void store_plus(bf16* p, const float (&sum)[8]) const {
+        Pack8 out;
+        out.v[0] = to_bf16(lo(q.x) + sum[0]);
+        out.v[1] = to_bf16(hi(q.x) + sum[1]);
+        out.v[2] = to_bf16(lo(q.y) + sum[2]);
+        out.v[3] = to_bf16(hi(q.y) + sum[3]);
+        out.v[4] = to_bf16(lo(q.z) + sum[4]);
+        out.v[5] = to_bf16(hi(q.z) + sum[5]);
+        out.v[6] = to_bf16(lo(q.w) + sum[6]);
+        out.v[7] = to_bf16(hi(q.w) + sum[7]);
+        store8(p, out);
+    }
+};
+template <> struct Row<bf16, 1> {
+    bf16 x = to_bf16(0.0f);
+    __device__ __forceinline__ void load(const bf16* p) { x = *p; }
+    __device__ __forceinline__ void add_to(float (&acc)[1]) const { acc[0] += to_float(x); }
+    __device__ __forceinline__ void store_plus(bf16* p, const float (&sum)[1]) const {
+        p[0] = to_bf16(to_float(x) + sum[0]);
+    }
+};
+}  // namespace ebfast
+
+extern "C" __global__ void __launch_bounds__(384, 2)
+encoder_backward8_pack8(bf16* dwte, bf16* dwpe, const bf16* dout, const int* inp, int B, int T, int C,
+                        int V, int UB, int PB, int bits) {
+    extern __shared__ float4 shared4[];  // the layout in encoder_backward_fast.cuh
+    ebfast::encoder_backward_fast<8, VEC_MAX>(shared4, dwte, dwpe, dout, inp, B, T, C, V, UB, PB, bits);
+}
+
+extern "C" __global__ void __launch_bounds__(384, 2)
+encoder_backward8_scalar(bf16* dwte, bf16* dwpe, const bf16* dout, const int* inp, int B, int T, int C,
+                         int V, int UB, int PB, int bits) {
+    extern __shared__ float4 shared4[];  // the layout in encoder_backward_fast.cuh
+    ebfast::encoder_backward_fast<1, VEC_MAX>(shared4, dwte, dwpe, dout, inp, B, T, C, V, UB, PB, bits);
+}
