@@ -83,11 +83,11 @@ def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_res
     with Session(project, Options(timeout=60, torch=False)) as s:
         paths = s.cases(family, s.sizes_for(family))
         staged = s.staged(family, "fp32", paths)
-        assert staged is not None and set(staged) == set(paths)
+        assert staged is not None and set(staged["cases"]) == set(paths)
         clean = Row("version", "scale", 1, status="passed")
         s._check_staged(paths, clean)
         assert clean.status == "passed", clean.reason
-        opened = Opened({paths[0]: staged[paths[0]]})
+        opened = Opened({"bundles": staged["bundles"], "cases": {paths[0]: staged["cases"][paths[0]]}})
         (ptr, nbytes), = opened.pointers[paths[0]]["in"].values()
         drv.memset_d32(ptr, 0x12345678, 1)  # one word of the pristine input, as a stray write would
         drv.Context.synchronize()
@@ -97,7 +97,7 @@ def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_res
         assert culprit.status == "failed" and "changed the shared reference case" in culprit.reason
         after = Row("version", "scale", 1, status="passed")
         s._check_staged(paths, after)
-        assert after.status == "passed", "the owner uploaded the case again"
+        assert after.status == "passed", "the owner uploaded the case again, in place"
         row = s.run_version(family.version(1))
         assert row.status == "passed", (row.reason, row.failures[:1])
         assert not s.staging_misses, "the version's child opened the staged case instead of uploading it"

@@ -57,6 +57,9 @@ class Options:
 
 
 Progress = Callable[[str], None]
+# Version children started ahead: a child's start (interpreter, imports, CUDA context) takes about
+# as long as a typical version's check and timing, so one started ahead still kept the GPU waiting.
+STANDBY = 2
 
 
 def _quiet(_: str) -> None:
@@ -79,8 +82,10 @@ class Session:
         self._server: Server | None = None     # the baselines' long-lived child
         self._versions: Server | None = None   # a fresh child per version, the next one started ahead
         self._device: dict | None = None
-        self._staged: dict[str, dict] = {}       # case path -> its IPC handles in the baselines' child
-        self._stage_owner: int | None = None     # that child's pid: its memory dies with it
+        self._stager: Server | None = None       # the case owner: a long-lived child (staging.py)
+        self._staged: dict[str, dict] = {}       # case path -> its buffers' (bundle, offset, nbytes)
+        self._bundles: dict[str, str] = {}       # bundle id -> its IPC handle
+        self._stage_owner: int | None = None     # the owner's pid: its memory dies with it
         self._staged_group: tuple[str, str] | None = None  # one (family, precision) staged at a time
         self.staging_misses: list[str] = []      # versions whose child could not open the staged cases
         self.seconds: dict[str, float] = {}      # where the time went, by activity
@@ -90,7 +95,7 @@ class Session:
         for pool in (self._pool, self._compile_pool):
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
-        for server in (self._server, self._versions):
+        for server in (self._server, self._versions, self._stager):
             if server is not None:
                 server.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
@@ -189,15 +194,23 @@ class Session:
             self._stage_job({"action": "release", "cases": staged})
             for p in staged:
                 self._staged.pop(p, None)
+            if not self._staged:
+                self._bundles.clear()
         for path in paths:
             shutil.rmtree(path, ignore_errors=True)
 
     # -- staged cases (staging.py) ---------------------------------------------------------------
+    def _stage_server(self) -> Server:
+        """The case owner, started on first use (bench starts it early: its start overlaps)."""
+        if self._stager is None:
+            self._stager = Server().start()
+        return self._stager
+
     def _stage_job(self, job: dict) -> dict:
-        server = self._baseline_server()
-        res = server.run({"job": "stage", "root": str(self.project.root), **job}, self.options.timeout)
+        res = self._stage_server().run({"job": "stage", "root": str(self.project.root), **job}, self.options.timeout)
         if res.get("status") != "passed" or res.get("pid") != self._stage_owner:
             self._staged.clear()  # failed, or a new child: whatever was staged died with the old one
+            self._bundles.clear()
             self._stage_owner = res.get("pid") if res.get("status") == "passed" else None
         return res
 
@@ -209,6 +222,7 @@ class Session:
         if self._staged and self._staged_group != (family.name, precision):
             self._stage_job({"action": "release"})  # another family's: device memory holds one at a time
             self._staged.clear()
+            self._bundles.clear()
         self._staged_group = (family.name, precision)
         for _ in range(2):  # twice: if the owner had restarted, what it held is gone and is staged anew
             missing = [p for p in paths if p not in self._staged]
@@ -221,9 +235,12 @@ class Session:
                     self.progress(f"{family.name}: cases not staged ({res.get('reason', res.get('status'))}): "
                                   "each version uploads them")
                     return None
-                self._staged.update(res["staged"])
+                self._staged.update(res["staged"]["cases"])
+                self._bundles.update(res["staged"]["bundles"])
             if all(p in self._staged for p in paths):
-                return {p: self._staged[p] for p in paths}
+                cases = {p: self._staged[p] for p in paths}
+                used = {str(b) for entry in cases.values() for bufs in entry.values() for b, _, _ in bufs.values()}
+                return {"bundles": {b: self._bundles[b] for b in used}, "cases": cases}
         return None
 
     def _check_staged(self, paths: list[str], row: Row) -> None:
@@ -292,7 +309,7 @@ class Session:
         self._compiled(version)
         self.progress(f"{version.label}: compile, check, time")
         if self._versions is None:
-            self._versions = Server(jobs_per_child=1, standby=True)
+            self._versions = Server(jobs_per_child=1, standby=STANDBY)
         t0 = time.perf_counter()
         res = self._versions.run(req, self.options.timeout)
         rows = rows_from(res, req, family.name)
@@ -383,6 +400,8 @@ class Session:
         groups.sort(key=self._reference_cost)  # the GPU starts on a family whose references are quick
         if self.options.time:
             self._baseline_server()  # torch loads while the rest starts up
+        if self.options.stage:
+            self._stage_server()
         self.prepare_cases(groups)
         self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
         for family, precision in self._ready_first(groups):

@@ -62,15 +62,16 @@ class Server:
     """Children running jobs one at a time (`python -m workbench.worker --serve`).
 
     jobs_per_child None: one long-lived child (the baselines: torch loads once). 1: a fresh child
-    for every job, as isolated as run_job; with standby, the next child is started as soon as
-    one is taken, so its interpreter, imports and CUDA context are ready when its job comes (a
-    bench runs ~100 versions: that start-up, ~1 s each, would otherwise be paid in sequence).
-    A job that crashes or hangs its child is reported like run_job's, and the next job gets a
-    new child."""
+    for every job, as isolated as run_job; with `standby` N, N children are kept started ahead,
+    so a child's interpreter, imports and CUDA context are ready when its job comes (a bench runs
+    ~150 versions, most done in under a second: a start-up of ~1 s each, paid in sequence or by
+    one child ahead, would hold the GPU idle). A job that crashes or hangs its child is reported
+    like run_job's, and the next job gets a new child."""
 
-    def __init__(self, jobs_per_child: int | None = None, standby: bool = False, preload: tuple[str, ...] = ()):
-        self.jobs_per_child, self.standby, self.preload = jobs_per_child, standby, tuple(preload)
+    def __init__(self, jobs_per_child: int | None = None, standby: int = 0, preload: tuple[str, ...] = ()):
+        self.jobs_per_child, self.standby, self.preload = jobs_per_child, int(standby), tuple(preload)
         self.proc: subprocess.Popen | None = None
+        self._ahead: list[subprocess.Popen] = []   # started, not yet given a job (jobs_per_child == 1)
         self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
         self._n = 0
 
@@ -102,7 +103,8 @@ class Server:
 
     def _child(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
-            self.proc = self._spawn()
+            self._ahead = [p for p in self._ahead if p.poll() is None]
+            self.proc = self._ahead.pop(0) if self._ahead else self._spawn()
         return self.proc
 
     def run(self, job: dict, timeout: float = DEFAULT_TIMEOUT) -> dict:
@@ -119,8 +121,10 @@ class Server:
             proc = self._child()
             proc.stdin.write(f"{req}\n".encode())
             proc.stdin.flush()
-        if self.jobs_per_child == 1:
-            self.proc = self._spawn() if self.standby else None  # this child is spoken for
+        if self.jobs_per_child == 1:  # this child is spoken for: the next job takes one started ahead
+            self.proc = None
+            while len(self._ahead) < self.standby:
+                self._ahead.append(self._spawn())
         deadline = time.monotonic() + timeout
         answered = timed_out = False
         seen = b""
@@ -152,13 +156,15 @@ class Server:
         return _finish(_read(out), timed_out, timeout, proc.returncode if not answered else 0, stderr)
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        for proc in [self.proc, *self._ahead]:
+            if proc is not None and proc.poll() is None:
+                proc.stdin.close()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
         self.proc = None
+        self._ahead = []
         self._tmp.cleanup()
 
 

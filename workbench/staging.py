@@ -2,20 +2,24 @@
 
 Each version is checked in a fresh child process (isolate.py), and each child used to upload the
 cases itself: AdamW's two default-size cases are 7 GB, so the uploads cost more than the checks.
-Now the baselines' long-lived child uploads every case of a family once (the pristine inputs and
-the expected outputs) and hands out CUDA IPC handles to that memory. A version's child opens them
-(no copy), restores its own working buffers from them by device-to-device copies, exactly as it
-did from its private copies, and compares its outputs against them on the device.
+Now one long-lived child, the case owner, uploads every case of a family once (the pristine
+inputs and the expected outputs) into one device allocation, a bundle, and hands out a CUDA IPC
+handle to it with each buffer's offset. A version's child (and the PyTorch baseline's) opens the
+bundle (no copy), restores its own working buffers from it by device-to-device copies, exactly as
+it did from private copies, and compares its outputs against it on the device.
 
-That memory is mapped into every version's process, so a version writing out of bounds could
-change it. The owner keeps a checksum of every staged buffer (one pass at copy speed) and, after
-each version, checks them again: a changed buffer is uploaded again from the case file, and the
-version that changed it is reported (bench.py).
+The owner reads the case files with plain reads into pinned host memory, in chunks whose copies
+to the device overlap the next read: memory-mapping them cost a page fault per 4 KB and ran at
+~1.5 GB/s on the H100 machine.
+
+A bundle is mapped into every version's process, so a version writing out of bounds could change
+it. The owner keeps a checksum of every staged buffer (one pass at copy speed) and, after each
+version, checks them again: a changed buffer is uploaded again in place (the handles stay
+valid), and the version that changed it is reported (bench.py).
 
 Not for sanitize: initcheck cannot see that another process wrote the memory it reads.
 
-This module runs in the worker processes: `Stage` in the owner (the baselines' child),
-`open_staged` in a version's child.
+This module runs in worker processes: `Stage` in the owner, `Opened` in the others.
 """
 
 from __future__ import annotations
@@ -36,14 +40,16 @@ extern "C" __global__ void checksum_words(const unsigned int* words, long long n
     if (threadIdx.x % 32 == 0) atomicAdd(out, sum);
 }
 """
+ALIGN = 256          # every staged buffer starts on a 256-byte boundary, as cudaMalloc's do
+CHUNK = 64 << 20     # bytes per pinned read buffer (two of them take turns)
 
 
-def _words(nbytes: int) -> int:
-    return nbytes // 4
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
 
 
 class Stage:
-    """The owner's side: the staged cases of the current family, by case path."""
+    """The owner's side: bundles of staged cases, by case path."""
 
     def __init__(self):
         import pycuda.driver as drv
@@ -54,117 +60,155 @@ class Stage:
         self.out = drv.mem_alloc(8)
         sms = drv.Context.get_device().get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self.grid = (sms * 4, 1, 1)
-        # path -> {"in"/"exp": {name: (allocation, nbytes)}}, and path -> {(kind, name): checksum}
-        self.cases: dict[str, dict[str, dict[str, tuple[Any, int]]]] = {}
-        self.sums: dict[str, dict[tuple[str, str], int]] = {}
-        self.families: dict[str, tuple] = {}  # path -> (family, precision): what to re-upload from
+        self.stream = drv.Stream()
+        self.pinned = [drv.pagelocked_empty(CHUNK, np.uint8) for _ in range(2)]
+        self.copied = [drv.Event(), drv.Event()]   # the last copy out of each pinned buffer
+        self.bundles: dict[int, Any] = {}           # bundle id -> its device allocation
+        self.handles: dict[int, str] = {}           # bundle id -> its IPC handle, hex
+        # path -> {"in"/"exp": {name: (bundle id, offset, nbytes, source array)}}
+        self.cases: dict[str, dict[str, dict[str, tuple]]] = {}
+        self.sums: dict[tuple[str, str, str], int] = {}   # (path, kind, name) -> checksum
+        self._next = 0
 
+    # -- bytes onto the device -------------------------------------------------------------------
     def checksum(self, ptr: int, nbytes: int) -> int:
         self.drv.memset_d32(self.out, 0, 2)
-        self.kernel.prepared_call(self.grid, (256, 1, 1), np.uintp(ptr), np.int64(_words(nbytes)), np.uintp(int(self.out)))
+        self.kernel.prepared_call(self.grid, (256, 1, 1), np.uintp(ptr), np.int64(nbytes // 4), np.uintp(int(self.out)))
         host = np.zeros(1, dtype=np.uint64)
         self.drv.memcpy_dtoh(host, self.out)
         return int(host[0])
 
-    def _upload(self, path: str, family, precision: str) -> None:
-        """Allocate and fill one case's staged buffers (the same bytes a CaseBuffers would hold)."""
+    def upload(self, dst: int, nbytes: int, array) -> None:
+        """Fill `nbytes` at `dst` with the array's bytes (a short array's tail zeroed: an odd
+        bf16 count leaves half a word, and nothing may stay unwritten)."""
+        drv = self.drv
+        host = np.asarray(array)
+        if host.nbytes < nbytes:
+            drv.memset_d32(dst, 0, nbytes // 4)
+        if isinstance(array, np.memmap) and host.flags.c_contiguous and array.filename:
+            self._upload_file(dst, array.filename, array.offset, host.nbytes)
+        else:
+            drv.memcpy_htod(dst, np.ascontiguousarray(host))
+
+    def _upload_file(self, dst: int, filename: str, offset: int, nbytes: int) -> None:
+        """Read the file's bytes into the two pinned buffers in turn; each chunk's copy to the
+        device runs while the next chunk is read."""
+        done, i = 0, 0
+        with open(filename, "rb", buffering=0) as f:
+            f.seek(offset)
+            while done < nbytes:
+                k = i % 2
+                self.copied[k].synchronize()  # this buffer's previous copy has left it
+                n = min(CHUNK, nbytes - done)
+                view = memoryview(self.pinned[k])[:n]
+                got = 0
+                while got < n:
+                    r = f.readinto(view[got:])
+                    if not r:
+                        raise OSError(f"{filename}: ended {nbytes - done - got} bytes early")
+                    got += r
+                self.drv.memcpy_htod_async(dst + done, self.pinned[k][:n], self.stream)
+                self.copied[k].record(self.stream)
+                done += n
+                i += 1
+        self.stream.synchronize()
+
+    # -- the cases ---------------------------------------------------------------------------------
+    def stage(self, paths: list[str], family, precision: str) -> dict:
+        """Upload the cases not staged yet, all of them into one new bundle. Returns what a
+        child needs to open them: {"bundles": {id: handle}, "cases": {path: {"in"/"exp":
+        {name: [bundle id, offset, nbytes]}}}}."""
         from .check import load_case
         from .providers import _nbytes, shapes_for
-        drv = self.drv
-        case = load_case(path)
-        args = family.args_for(precision)
-        shapes = shapes_for(args, family.env)(case)
-        staged: dict[str, dict[str, tuple[Any, int]]] = {"in": {}, "exp": {}}
-        try:
-            for arg in args:
-                if arg.is_input:
-                    nbytes = _nbytes(arg, shapes[arg.name])
-                    host = np.ascontiguousarray(case.inputs[arg.name])
-                    mem = drv.mem_alloc(nbytes)
-                    staged["in"][arg.name] = (mem, nbytes)
-                    if host.nbytes < nbytes:  # an odd bf16 count leaves half a word: zeroed, never unwritten
-                        drv.memset_d32(mem, 0, nbytes // 4)
-                    drv.memcpy_htod(mem, host)
-                if arg.is_output:
-                    nbytes = max(4, 4 * int(np.prod(shapes[arg.name])))
-                    mem = drv.mem_alloc(nbytes)
-                    staged["exp"][arg.name] = (mem, nbytes)
-                    drv.memcpy_htod(mem, np.ascontiguousarray(case.expected[arg.name], dtype=np.float32))
-        except BaseException:
-            for mem, _ in [*staged["in"].values(), *staged["exp"].values()]:
-                mem.free()
-            raise
-        self.cases[path] = staged
-        self.families[path] = (family, precision)
-        self.sums[path] = {(kind, name): self.checksum(int(mem), nbytes)
-                           for kind, bufs in staged.items() for name, (mem, nbytes) in bufs.items()}
-
-    def stage(self, paths: list[str], family, precision: str) -> dict[str, dict]:
-        """Upload the cases not staged yet; their IPC handles, by path, for the versions' children:
-        {"in"/"exp": {name: [handle hex, nbytes]}}."""
-        handles = {}
-        for path in paths:
-            if path not in self.cases:
-                self._upload(path, family, precision)
-            handles[path] = {kind: {name: [self.drv.mem_get_ipc_handle(int(mem)).hex(), nbytes]
-                                    for name, (mem, nbytes) in bufs.items()}
-                             for kind, bufs in self.cases[path].items()}
-        return handles
-
-    def pointers(self, path: str) -> dict[str, dict[str, tuple[int, int]]] | None:
-        """In the owner's own process (the torch baseline): the staged buffers' addresses."""
-        staged = self.cases.get(path)
-        if staged is None:
-            return None
-        return {kind: {name: (int(mem), nbytes) for name, (mem, nbytes) in bufs.items()}
-                for kind, bufs in staged.items()}
+        missing = [p for p in paths if p not in self.cases]
+        if missing:
+            layout: dict[str, dict[str, dict[str, tuple]]] = {}
+            offset = 0
+            args = family.args_for(precision)
+            for path in missing:
+                case = load_case(path)
+                shapes = shapes_for(args, family.env)(case)
+                entry: dict[str, dict[str, tuple]] = {"in": {}, "exp": {}}
+                for arg in args:
+                    if arg.is_input:
+                        nbytes = _nbytes(arg, shapes[arg.name])
+                        entry["in"][arg.name] = (offset, nbytes, case.inputs[arg.name])
+                        offset += _aligned(nbytes)
+                    if arg.is_output:
+                        nbytes = max(4, 4 * int(np.prod(shapes[arg.name])))
+                        entry["exp"][arg.name] = (offset, nbytes, case.expected[arg.name])
+                        offset += _aligned(nbytes)
+                layout[path] = entry
+            bundle = self._next
+            self._next += 1
+            mem = self.drv.mem_alloc(max(ALIGN, offset))
+            self.bundles[bundle] = mem
+            try:
+                for path, entry in layout.items():
+                    for kind, bufs in entry.items():
+                        for name, (off, nbytes, source) in bufs.items():
+                            self.upload(int(mem) + off, nbytes, source)
+                            self.sums[(path, kind, name)] = self.checksum(int(mem) + off, nbytes)
+            except BaseException:
+                self._free(bundle)
+                raise
+            self.handles[bundle] = self.drv.mem_get_ipc_handle(int(mem)).hex()
+            for path, entry in layout.items():
+                self.cases[path] = {kind: {name: (bundle, off, nbytes, source)
+                                           for name, (off, nbytes, source) in bufs.items()}
+                                    for kind, bufs in entry.items()}
+        cases = {p: {kind: {name: [b, off, nbytes] for name, (b, off, nbytes, _) in bufs.items()}
+                     for kind, bufs in self.cases[p].items()} for p in paths}
+        used = {b for entry in cases.values() for bufs in entry.values() for b, _, _ in bufs.values()}
+        return {"bundles": {str(b): self.handles[b] for b in used}, "cases": cases}
 
     def verify(self, paths: list[str]) -> list[str]:
-        """Checksum every staged buffer of these cases again; upload a changed case anew. Returns
-        "path: kind name" for each buffer that had changed."""
+        """Checksum every staged buffer of these cases again; a changed one is uploaded again in
+        place. Returns "path: kind name" for each buffer that had changed."""
         changed = []
         for path in paths:
-            if path not in self.cases:
-                continue
-            bad = [f"{path}: {kind} {name}" for kind, bufs in self.cases[path].items()
-                   for name, (mem, nbytes) in bufs.items()
-                   if self.checksum(int(mem), nbytes) != self.sums[path][(kind, name)]]
-            if bad:
-                changed += bad
-                family, precision = self.families[path]
-                self.release([path])
-                self._upload(path, family, precision)
+            for kind, bufs in self.cases.get(path, {}).items():
+                for name, (bundle, off, nbytes, source) in bufs.items():
+                    ptr = int(self.bundles[bundle]) + off
+                    if self.checksum(ptr, nbytes) != self.sums[(path, kind, name)]:
+                        changed.append(f"{path}: {kind} {name}")
+                        self.upload(ptr, nbytes, source)
         return changed
 
     def release(self, paths: list[str] | None = None) -> None:
-        """Free these cases' staged buffers (all of them when paths is None)."""
+        """Forget these cases (all when None); free each bundle none of whose cases is left."""
         for path in list(self.cases) if paths is None else paths:
-            for bufs in self.cases.pop(path, {}).values():
-                for mem, _ in bufs.values():
-                    mem.free()
-            self.sums.pop(path, None)
-            self.families.pop(path, None)
+            for kind, bufs in self.cases.pop(path, {}).items():
+                for name in bufs:
+                    self.sums.pop((path, kind, name), None)
+        left = {b for entry in self.cases.values() for bufs in entry.values() for b, *_ in bufs.values()}
+        for bundle in [b for b in self.bundles if b not in left]:
+            self._free(bundle)
+
+    def _free(self, bundle: int) -> None:
+        self.bundles.pop(bundle).free()
+        self.handles.pop(bundle, None)
 
 
 class Opened:
-    """A version child's view of staged cases: the IPC handles opened, by path; close() unmaps."""
+    """A child's view of staged cases: each bundle's IPC handle opened once; `pointers` gives
+    {path: {"in"/"exp": {name: (address, nbytes)}}}; close() unmaps."""
 
-    def __init__(self, staged: dict[str, dict]):
+    def __init__(self, staged: dict):
         import pycuda.driver as drv
         self._handles: list[Any] = []
-        self.pointers: dict[str, dict[str, dict[str, tuple[int, int]]]] = {}
         try:
-            for path, kinds in staged.items():
-                self.pointers[path] = {}
-                for kind, bufs in kinds.items():
-                    self.pointers[path][kind] = {}
-                    for name, (handle, nbytes) in bufs.items():
-                        h = drv.IPCMemoryHandle(bytearray.fromhex(handle))
-                        self._handles.append(h)
-                        self.pointers[path][kind][name] = (int(h), int(nbytes))
+            base = {}
+            for bundle, handle in staged["bundles"].items():
+                h = drv.IPCMemoryHandle(bytearray.fromhex(handle))
+                self._handles.append(h)
+                base[int(bundle)] = int(h)
         except BaseException:
             self.close()
             raise
+        self.pointers = {path: {kind: {name: (base[b] + off, nbytes) for name, (b, off, nbytes) in bufs.items()}
+                                for kind, bufs in entry.items()}
+                         for path, entry in staged["cases"].items()}
 
     def close(self) -> None:
         for h in self._handles:

@@ -106,14 +106,11 @@ def run_rows(req: dict, rep: Reporter) -> None:
 
 
 def _staged_pointers(req: dict, rep: Reporter) -> tuple[dict, object | None]:
-    """{path: {"in"/"exp": {name: (address, nbytes)}}} of the request's staged cases, and what to
-    close afterwards: in the staging child itself its own addresses, elsewhere the handles opened."""
-    staged = req.get("staged") or {}
+    """{path: {"in"/"exp": {name: (address, nbytes)}}} of the request's staged cases (their
+    bundles opened through IPC), and what to close afterwards."""
+    staged = req.get("staged")
     if not staged:
         return {}, None
-    if _STAGE is not None and all(_STAGE.pointers(p) is not None for p in staged):
-        rep.result["staging"] = "used (its owner)"
-        return {p: _STAGE.pointers(p) for p in staged}, None
     from .staging import Opened
     try:
         opened = Opened(staged)
@@ -207,7 +204,7 @@ def run_peaks(req: dict, rep: Reporter) -> None:
     rep.result["status"] = "passed"
 
 
-# The staged cases of the family being benched, in the baselines' long-lived child (staging.py).
+# The case owner's staged cases (staging.py): a long-lived child of its own.
 _STAGE = None
 
 
@@ -227,7 +224,6 @@ def run_stage(req: dict, rep: Reporter) -> None:
         rep.result["changed"] = _STAGE.verify(req["cases"])
     else:
         _STAGE.release(req.get("cases"))
-    rep.result["pid"] = os.getpid()  # the owner: its staged memory lives as long as this process
     rep.result["status"] = "passed"
 
 
@@ -237,6 +233,7 @@ JOBS = {"rows": run_rows, "probe": run_probe, "peaks": run_peaks, "stage": run_s
 def run_request(path: str) -> None:
     req = json.loads(Path(path).read_text())
     rep = Reporter(req["result"])
+    rep.result["pid"] = os.getpid()  # which child ran it (a staged case lives as long as its owner)
     t0 = time.perf_counter()
     try:
         try:
