@@ -55,6 +55,21 @@ def test_the_l2_flush_makes_a_measurable_difference():
     assert cold.median_us > 1.2 * warm.median_us, (cold, warm)
 
 
+def test_a_front_runners_measurement_adds_to_its_screening_samples():
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+
+    from workbench.timing import L2Flush, measure
+    a, b = drv.mem_alloc(1 << 24), drv.mem_alloc(1 << 24)
+    stream = drv.Stream()
+    launch = lambda s: drv.memcpy_dtod_async(b, a, 1 << 24, s)
+    carry: dict = {}
+    first = measure(launch, stream, L2Flush(), budget_s=0.02, min_reps=9, carry=carry)
+    second = measure(launch, stream, L2Flush(), budget_s=0.05, carry=carry)
+    assert first.reps >= 9 and second.reps > first.reps, "the second measurement goes on from the first"
+    assert len(carry["drained"]) == second.reps
+
+
 def test_a_faulty_version_is_reported_and_the_bench_goes_on():
     project = Project(FIXTURES / "project")
     with Session(project, Options(timeout=20, torch=False, budget=0.1)) as s:

@@ -388,21 +388,23 @@ class Session:
         the file is rewritten after each group; with `resume`, the groups it already holds (from
         a run on this device) are kept, not run again."""
         started = time.perf_counter()
+        earlier = load(json_path) if resume and json_path and Path(json_path).exists() else None
+        groups = [(f, p) for f in families for p in f.precision_names()
+                  if any(v.precision == p for v in f.versions) and (earlier is None or earlier.family(f.name, p) is None)]
+        groups.sort(key=self._reference_cost)  # the GPU starts on a family whose references are quick
+        # What takes long to start goes first, overlapping the device probe: torch in the
+        # baselines' child, the case owner's context, the references.
+        if self.options.time:
+            self._baseline_server()
+        if self.options.stage:
+            self._stage_server()
+        self.prepare_cases(groups)
         run = self.new_run()
-        if resume and json_path and Path(json_path).exists():
-            earlier = load(json_path)
+        if earlier is not None:
             if earlier.device.get("name") != run.device.get("name"):
                 raise WorkbenchError(f"--resume: {json_path} was measured on {earlier.device.get('name')}, "
                                      f"this is {run.device.get('name')}; give another --json path")
             run.families = earlier.families  # each was written whole, baselines included
-        groups = [(f, p) for f in families for p in f.precision_names()
-                  if any(v.precision == p for v in f.versions) and run.family(f.name, p) is None]
-        groups.sort(key=self._reference_cost)  # the GPU starts on a family whose references are quick
-        if self.options.time:
-            self._baseline_server()  # torch loads while the rest starts up
-        if self.options.stage:
-            self._stage_server()
-        self.prepare_cases(groups)
         self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
         for family, precision in self._ready_first(groups):
             result = self.bench_family(family, precision, on_row=on_row)

@@ -407,23 +407,24 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
             bufs = kept = kept or CaseBuffers(provider.args(), shapes_of(timed), timed)
             budget = float(options.get("budget", 0.4))
             screen = options.get("screen", True) and len(usable) > FINALISTS
-            raw = {}
+            raw, carried = {}, {}
             for config in usable:
                 report("time" + (f" block size {config}" if config is not None else ""))
                 bufs.with_scratch(provider.scratch(timed.sizes, config))
                 bufs.reset()
                 launch, _ = provider.prepare(bufs, config)
                 raw[config] = measure(launch, stream, flush, budget_s=budget * SCREEN_FRACTION if screen else budget,
-                                      min_reps=9 if screen else 15)
+                                      min_reps=9 if screen else 15, carry=carried.setdefault(config, {}))
             if screen:
                 best = min(t.median_us for t in raw.values())
                 near = [c for c in sorted(raw, key=lambda c: raw[c].median_us) if raw[c].median_us <= NEAR * best]
-                for config in near[:FINALISTS]:
+                for config in near[:FINALISTS]:  # the rest of the budget, added to its screening samples
                     report(f"time block size {config} (front-runner, full budget)")
                     bufs.with_scratch(provider.scratch(timed.sizes, config))
                     bufs.reset()
                     launch, _ = provider.prepare(bufs, config)
-                    raw[config] = measure(launch, stream, flush, budget_s=budget)
+                    raw[config] = measure(launch, stream, flush, budget_s=budget * (1 - SCREEN_FRACTION),
+                                          carry=carried[config])
             row.launches = provider.described()
             nbytes, flops, ceiling = options["bytes"], options.get("flops"), options["ceiling_gbps"]
             row.timings = {c: Measured.of(c, t, nbytes, flops, ceiling) for c, t in raw.items()}

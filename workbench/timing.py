@@ -113,8 +113,13 @@ class Busy:
 
 def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
             budget_s: float = 0.4, min_reps: int = 15, max_reps: int = 400,
-            target_noise: float = 0.03, warmup: int = 3, batch: int = 8) -> Timing:
+            target_noise: float = 0.03, warmup: int = 3, batch: int = 8,
+            carry: dict | None = None) -> Timing:
     """Median time of `launch(stream)` in microseconds.
+
+    `carry`: a dict this call keeps its samples in; given the same dict again (the same launch,
+    timed the same way), a call goes on from them instead of starting over: a front-runner's full
+    measurement adds to its screening samples.
 
     With an L2Flush, each sample is a pair: [flush, drain] and [flush, launch, drain], timed back
     to back; the sample is their difference, so drift between them cancels. A launch too short to
@@ -148,8 +153,7 @@ def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
         events[len(bodies) - 1][1].synchronize()
         return [e.time_since(s) * 1000.0 for s, e in events[:len(bodies)]]
 
-    def sample_loop(bodies_for, combine) -> list[float]:
-        samples: list[float] = []
+    def sample_loop(bodies_for, combine, samples: list[float]) -> list[float]:
         start = time.perf_counter()
         while len(samples) < max_reps:
             n = min(batch, max_reps - len(samples))
@@ -160,26 +164,30 @@ def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
                     break
         return samples
 
+    carry = {} if carry is None else carry
     if flush is None:
-        return summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t))
+        carry.setdefault("warm", [])
+        return summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t, carry["warm"]))
 
     def drained(s):
         launch(s)
         flush.drain(s)
-    drains: list[float] = []
+    drains: list[float] = carry.setdefault("drains", [])
 
     def pairs(t, n):  # t = [drain, launch+drain, drain, launch+drain, ...]
         drains.extend(t[0::2])
         # A launch cannot take negative time: where the drain alone happened to be slower than
         # launch + drain (noise larger than the launch), the sample is zero, not negative.
         return [max(0.0, b - a) for a, b in zip(t[0::2], t[1::2])]
-    samples = sample_loop(lambda n: [flush.drain, drained] * min(n, batch), pairs)
-    result = summarize(samples)
-    result.drain_us = float(np.median(drains))
-    if result.median_us > 0:
-        return result
-    undrained = summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t))
-    undrained.drain_us = result.drain_us
+    if not carry.get("undrained"):
+        samples = sample_loop(lambda n: [flush.drain, drained] * min(n, batch), pairs, carry.setdefault("drained", []))
+        result = summarize(samples)
+        result.drain_us = float(np.median(drains))
+        if result.median_us > 0:
+            return result
+        carry["undrained"] = True  # too short to resolve with the drain: from now on, flushed only
+    undrained = summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t, carry.setdefault("flushed", [])))
+    undrained.drain_us = float(np.median(drains))
     undrained.drained = False
     return undrained
 
