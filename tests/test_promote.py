@@ -77,16 +77,20 @@ def test_promote_best_ranks_passing_versions_fastest_first():
 def test_deterministic_runs_use_the_promoted_stand_in_of_a_family_with_atomics(kernels):
     manifest = json.loads((kernels / "manifest.json").read_text())
     entries = manifest["kernels"]
-    for family in ("encoder_backward", "layernorm_backward"):
-        entries[family].pop("deterministic", None)  # promoted before the field existed
+    for family in ("encoder_backward", "layernorm_forward"):
+        entries[family].pop("deterministic", None)  # as promoted before the field existed: the family decides
+    main = entries["encoder_backward"]["version"]
     stand_in = dict(entries["encoder_backward"], version=3, deterministic=True, variant="deterministic")
     entries["encoder_backward@deterministic"] = stand_in
     entries.pop("global_norm@deterministic", None)  # a family with atomics and no stand-in, below
     (kernels / "manifest.json").write_text(json.dumps(manifest))
     plain, det = PromotedSet(directory=kernels), PromotedSet(directory=kernels, deterministic=True)
-    assert plain.entry("encoder_backward")["version"] == 1 and det.entry("encoder_backward")["version"] == 3
-    assert det.entry("layernorm_backward") is det.manifest["layernorm_backward"]  # no atomics: its own
-    assert det.stand_ins(["encoder_backward", "layernorm_backward"]) == {"encoder_backward": stand_in}
+    assert plain.entry("encoder_backward")["version"] == main and det.entry("encoder_backward")["version"] == 3
+    assert det.entry("layernorm_forward") is det.manifest["layernorm_forward"]  # no atomics: its own
+    assert det.stand_ins(["encoder_backward", "layernorm_forward"]) == {"encoder_backward": stand_in}
+    # a version whose header says deterministic = false is replaced whatever its family
+    assert not entries["layernorm_backward"]["deterministic"]
+    assert det.entry("layernorm_backward") is det.manifest["layernorm_backward@deterministic"]
     with pytest.raises(TrainError, match="--deterministic: the promoted global_norm .* run `workbench promote "
                                          "global_norm 3 --deterministic`"):
         det.entry("global_norm")

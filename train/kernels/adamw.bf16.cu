@@ -1,25 +1,45 @@
 /*
-title = "Mixed precision: bf16 gradients in, fp32 master weights and moments, bf16 weights out"
+title = "Mixed precision, coalesced: four parameters a thread, each warp access whole sectors"
 precision = "bf16"
-changed = "Version 3's single streaming pass, for a bf16 model: the gradients arrive as bf16 (one 16-byte Pack8 holds eight), params, m and v stay fp32 and are updated exactly as before, and the same pass writes params_bf16, the updated params rounded once to bf16 (one Pack8 store per eight). Eight parameters per thread; the tail (N % 8) and unaligned buffers are scalar."
+changed = "Version 4's arithmetic with version 3's memory layout: each thread updates 4 consecutive parameters instead of 8, so params, m and v move as one float4 each (16 bytes a lane) and the bf16 grads and params_bf16 as one 8-byte word of four bf16 each, all streaming. Each warp-wide access now covers one contiguous run of whole 32-byte sectors. The tail (N % 4) and unaligned buffers are scalar."
 why = """
-A bf16 model keeps two copies of its weights: the fp32 master copy the optimizer updates (near
-0.02 a bf16 step is 2^-13 = 1.2e-4, as large as a typical update, so bf16 weights updated in
-place would round each update to nothing or to a whole step) and the bf16 copy the forward and
-backward passes read. Writing the bf16 copy here, from the registers that hold the new fp32
-params, saves a separate conversion kernel that would read the 4-byte params again and write 2
-bytes: 6 bytes a parameter, a fifth of this kernel's traffic. Reading the gradients as bf16
-saves 2 more. So the step moves 28 bytes a parameter (reads: 4 params + 2 grads + 4 m + 4 v;
-writes: 4 + 4 + 4 + 2), where fp32 version 3 plus a conversion pass would move 34. Per thread:
-one Pack8 of grads, two float4 each of params, m and v in flight, then two float4 stores each
-and one Pack8 store, all streaming (nothing is reused). Clipping, bias correction and the hp
-layout are version 3's.
+Version 4 already used 16-byte accesses, so bytes per memory instruction is not what holds it
+back: this version even issues a few more memory instructions per parameter (8 per four
+parameters, against version 4's 14 per eight). What changes is what one warp-wide instruction
+touches. Memory moves between DRAM, L2 and the SMs in 32-byte sectors, four to a 128-byte line.
+In version 4 a thread's eight fp32 params are 32 contiguous bytes read as two float4s, so the
+32 lanes of the first load touch the first half of 32 different sectors (1 KB of lines for 512
+useful bytes) and the second load touches the other halves. Every sector of params, m and v is
+needed by two instructions, and the second finds it only if the line is still in L1; with dozens
+of warps per SM each streaming kilobytes, L1 is too small to keep it, and the likely result is
+that the second half is fetched from L2 again. The stores are split the same way: each sector
+reaches L2 as two half-sector writes. Its SASS (nvcc 13.0, sm_90) adds a second cost: only four
+of its seven loads go out together; the second float4s of params, m and v are issued after the
+first ones have arrived, so each thread waits for DRAM twice. (Version 4 ran faster with fewer
+resident warps, its 1024-thread blocks, which fits this picture; these are the probable causes,
+not measured ones.)
+
+Here lane i of a warp takes float4 number i of a contiguous run: one warp instruction covers 512
+consecutive bytes of an fp32 array (four whole lines), and an 8-byte access of a bf16 array 256
+(two lines). Each sector is fetched or written once, whole, by one instruction, and nothing
+relies on a cache holding it. This is version 3's layout, which ran within a few percent of a
+plain copy at fp32; the bf16 arrays take 8 bytes a lane where the fp32 ones take 16. The four
+loads (56 bytes) are written first and go out back to back, before the step's setup (the hp
+loads, the clip factor and bias corrections), so DRAM's latency covers that arithmetic and each
+thread waits for memory once. Holding the loaded values through the setup takes 40 registers, as
+in version 4: about 1536 resident threads an SM (1024 with 1024-thread blocks), up to 84 KB
+requested at once per SM, well above the few tens of KB that DRAM's latency times its bandwidth
+asks for. The per-element arithmetic, the clipping rule, the bias corrections and the single
+round-to-nearest of the bf16 copy are version 4's, unchanged.
+
+Measured on the H100 (bench --all, N = 124M): 1176 µs, against version 4's 1663 µs and a copy
+of the same 3.49 GB at 1156 µs (0.98x of the copy).
 """
 block_sizes = [64, 128, 256, 512, 1024]
 
 [[launch]]
-kernel = "adamw4"
-grid = "cdiv(cdiv(N, 8), block_size)"
+kernel = "adamw5"
+grid = "cdiv(cdiv(N, 4), block_size)"
 block = "block_size"
 args = ["params", "grads", "m", "v", "params_bf16", "hp", "norm2", "N", "max_norm"]
 */
@@ -76,7 +96,45 @@ __device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
 
 #endif  // KERNELS_COMMON_BF16_CUH
 
-// ---- end bf16.cuh ----  // bf16, Pack8, load8_stream/store8_stream, to_float/to_bf16
+// ---- end bf16.cuh ----  // bf16, to_float/to_bf16
+
+// Four bf16 moved as one 8-byte word: the four gradients (or new bf16 params) of the four
+// parameters a thread owns. bf16.cuh's Pack8 holds eight, which would give each thread 32 bytes
+// of every fp32 array again (version 4's layout); this version wants four. The pointer must be
+// 8-byte aligned: an element index that is a multiple of 4 from an 8-byte aligned base.
+struct alignas(8) Pack4 {
+    bf16 v[4];
+};
+
+__device__ __forceinline__ Pack4 load4_stream(const bf16* p) {
+    Pack4 out;
+    *reinterpret_cast<unsigned long long*>(&out) =
+        __ldcs(reinterpret_cast<const unsigned long long*>(p));
+    return out;
+}
+
+__device__ __forceinline__ void store4_stream(bf16* p, const Pack4& x) {
+    __stcs(reinterpret_cast<unsigned long long*>(p),
+           *reinterpret_cast<const unsigned long long*>(&x));
+}
+// ---- begin adamw_step.cuh ----
+// adamw_step.cuh: the AdamW arithmetic the mixed-precision versions share (adamw 4 and 5): the
+// step's scalars computed once per thread, and one parameter's update in fp32.
+//
+// Shared because the versions differ only in how they move memory; the per-element arithmetic
+// (and so every result bit) must be the same in both.
+//
+// make_step(hp, norm2, max_norm) -> Step
+//   hp = [lr, beta1, beta2, eps, weight_decay, t]; norm2 = the gradients' squared global norm.
+//   The clip factor (max_norm / norm, only when norm > max_norm), the bias corrections (1 -
+//   beta^t without cancellation), the decoupled weight decay factor 1 - lr * weight_decay.
+//
+// adamw_update(p, g, m, v, s) -> the new p; m and v updated in place
+//   g clipped; m and v move toward g and g^2 (a lerp as one fma each); then the bias-corrected
+//   step and the decay.
+
+#ifndef KERNELS_COMMON_ADAMW_STEP_CUH
+#define KERNELS_COMMON_ADAMW_STEP_CUH
 
 // The step's scalars, computed once per thread from hp and norm2 (as in version 3).
 struct Step {
@@ -112,42 +170,43 @@ __device__ __forceinline__ float adamw_update(float p, float g, float& mi, float
     return fmaf(-s.lr, step, s.decay * p);
 }
 
-extern "C" __global__ void adamw4(float* params, const bf16* grads, float* m, float* v,
+#endif  // KERNELS_COMMON_ADAMW_STEP_CUH
+
+// ---- end adamw_step.cuh ----  // Step, make_step, adamw_update: version 4's arithmetic, shared
+
+extern "C" __global__ void adamw5(float* params, const bf16* grads, float* m, float* v,
                                   bf16* params_bf16, const float* hp, const float* norm2, int N,
                                   float max_norm) {
-    int q = blockIdx.x * blockDim.x + threadIdx.x;  // which group of 8 parameters
-    int first = 8 * q;
+    int q = blockIdx.x * blockDim.x + threadIdx.x;  // which group of 4 parameters
+    int first = 4 * q;
     if (first >= N) return;
-    Step s = make_step(hp, norm2, max_norm);
-    bool aligned = (((uintptr_t)params | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v |
-                     (uintptr_t)params_bf16) & 15) == 0;
-    if (aligned && first + 8 <= N) {
-        Pack8 g = load8_stream(grads + first);
-        float4 p[2], mi[2], vi[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            p[h] = __ldcs(reinterpret_cast<const float4*>(params + first) + h);
-            mi[h] = __ldcs(reinterpret_cast<const float4*>(m + first) + h);
-            vi[h] = __ldcs(reinterpret_cast<const float4*>(v + first) + h);
-        }
-        Pack8 out;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            p[h].x = adamw_update(p[h].x, to_float(g.v[4 * h + 0]), mi[h].x, vi[h].x, s);
-            p[h].y = adamw_update(p[h].y, to_float(g.v[4 * h + 1]), mi[h].y, vi[h].y, s);
-            p[h].z = adamw_update(p[h].z, to_float(g.v[4 * h + 2]), mi[h].z, vi[h].z, s);
-            p[h].w = adamw_update(p[h].w, to_float(g.v[4 * h + 3]), mi[h].w, vi[h].w, s);
-            out.v[4 * h + 0] = to_bf16(p[h].x);
-            out.v[4 * h + 1] = to_bf16(p[h].y);
-            out.v[4 * h + 2] = to_bf16(p[h].z);
-            out.v[4 * h + 3] = to_bf16(p[h].w);
-            __stcs(reinterpret_cast<float4*>(params + first) + h, p[h]);
-            __stcs(reinterpret_cast<float4*>(m + first) + h, mi[h]);
-            __stcs(reinterpret_cast<float4*>(v + first) + h, vi[h]);
-        }
-        store8_stream(params_bf16 + first, out);
-    } else {  // the last partial group, or buffers not 16-byte aligned
-        for (int i = first; i < min(first + 8, N); i++) {
+    // float4 needs 16-byte aligned fp32 arrays, the 8-byte bf16 words 8-byte aligned ones.
+    bool aligned = ((((uintptr_t)params | (uintptr_t)m | (uintptr_t)v) & 15) |
+                    (((uintptr_t)grads | (uintptr_t)params_bf16) & 7)) == 0;
+    if (aligned && first + 4 <= N) {
+        // Lane i of a warp takes float4 number i of a contiguous run: whole sectors per access.
+        // The four loads go first, so DRAM's latency covers the step's setup below.
+        float4 p = __ldcs(reinterpret_cast<const float4*>(params) + q);
+        float4 mi = __ldcs(reinterpret_cast<const float4*>(m) + q);
+        float4 vi = __ldcs(reinterpret_cast<const float4*>(v) + q);
+        Pack4 g = load4_stream(grads + first);
+        Step s = make_step(hp, norm2, max_norm);
+        p.x = adamw_update(p.x, to_float(g.v[0]), mi.x, vi.x, s);
+        p.y = adamw_update(p.y, to_float(g.v[1]), mi.y, vi.y, s);
+        p.z = adamw_update(p.z, to_float(g.v[2]), mi.z, vi.z, s);
+        p.w = adamw_update(p.w, to_float(g.v[3]), mi.w, vi.w, s);
+        Pack4 out;
+        out.v[0] = to_bf16(p.x);
+        out.v[1] = to_bf16(p.y);
+        out.v[2] = to_bf16(p.z);
+        out.v[3] = to_bf16(p.w);
+        __stcs(reinterpret_cast<float4*>(params) + q, p);
+        __stcs(reinterpret_cast<float4*>(m) + q, mi);
+        __stcs(reinterpret_cast<float4*>(v) + q, vi);
+        store4_stream(params_bf16 + first, out);
+    } else {  // the last partial group (N % 4 parameters), or buffers not aligned
+        Step s = make_step(hp, norm2, max_norm);
+        for (int i = first; i < min(first + 4, N); i++) {
             float mi = m[i], vi = v[i];
             float p = adamw_update(params[i], to_float(grads[i]), mi, vi, s);
             params[i] = p;

@@ -1,133 +1,202 @@
 /*
-title = "Flash attention on bf16 tensor cores: mma.m16n8k16, ldmatrix, cp.async double buffering"
+title = "bf16 flash attention, 32 query rows a warp: each K/V fragment feeds two mma, P V a tile behind"
 precision = "bf16"
 changed = """
-Version 7's structure in bf16 (q, k, v and out bf16; scores, softmax and output accumulated in fp32;
-lse fp32), with the moves that feed the tensor cores fast: m16n8k16 bf16 MMAs (twice the work of
-a TF32 m16n8k8 per instruction), operands fetched from shared memory with ldmatrix (one
-instruction fills a whole 16 x 16 A fragment or the B fragments of two 8-wide n-tiles; .trans
-turns V's rows into the B layout of P V for free), Q held in registers for the whole loop, P
-passed from the score accumulators to the A operand of P V without touching shared memory, and
-K/V tiles copied with cp.async into a second buffer while the current one is computed.
+Version 8's kernel (mma.m16n8k16, ldmatrix, cp.async, P kept in registers) reorganised around the
+two things that bound it, shared-memory traffic and instructions issued per mma:
+* A warp owns 32 query rows (two m16 tiles) instead of 16, so every K or V fragment it loads
+  with ldmatrix feeds two mma; a block is 4 warps x 32 = 128 query rows (was 64), sharing each
+  64-key K/V tile.
+* P V runs a tile behind Q K^T: iteration j computes the scores of tile j and, independently,
+  o += P_{j-1} V_{j-1}, so the scheduler can interleave those mma with the softmax's MUFU and
+  FFMA work inside the warp; the V stream is staged one tile behind the K stream.
+* One barrier per tile (was two): the copies for tile j + 2 are issued right after the barrier
+  that ends tile j - 1, into the buffers that barrier freed; three K and three V buffers.
+* The softmax's reference point moves lazily: o is rescaled (64 FMUL a lane) only when a row's
+  maximum passes the reference by more than a factor 2^8: almost only on the first tile.
+* The steady state is one straight block of code (compile-time step flags), and whole-tile copies
+  take a short address path.
+For HS > 64 (head padded to 128), a warp keeps 16 rows (Q and O twice the size) in 64-row blocks,
+with the other changes.
 """
 why = """
-Attention's two matmuls are 95% of its FLOPs; bf16 mma.sync does them at twice the rate of TF32
-and roughly ten times that of version 6's FP32 FMAs (an H100 SM, in FLOPs a clock: 256 on the
-FP32 pipes, 4096 bf16 through Hopper's wgmma, which this course leaves for later, and about 60%
-of that through mma.sync). What is left must not stall them:
-* Loads overlap compute: tile j + 1 is in flight (cp.async, no registers, no L1) while tile j is
-  multiplied; two barriers per tile (tile j visible; tile j's buffer free again).
-* ldmatrix moves 512 bytes per warp instruction into exactly the fragment layout the mma wants;
-  rows are padded to HSP + 8 elements (144 bytes for HSP = 64, 16 mod 128), so the 8 rows one
-  8 x 8 matrix reads start in 8 different 16-byte bank groups: no conflicts.
-* The S = Q K^T accumulator layout of two adjacent 8-key n-tiles is, element for element, the A
-  fragment layout of P for the next mma: P is rounded to bf16 pairs in registers (16 cvt per
-  lane per tile) and goes straight into P V.
-* The softmax works in base 2 on scaled scores (one FFMA + one ex2 per score); the row max and
-  sum are two xor shuffles over the 4 lanes that share a row; the output is rescaled in
-  registers. Only the diagonal tile is masked, and the loop stops there.
-* Long query tiles (late in the sequence, most keys) are scheduled first.
-Sizes per block: 64 query rows (4 warps x 16 rows), 64-key tiles, head zero-padded to HSP = 64 or
-128. Shared memory (HSP + 8) x 64 x 2 B per tile x (Q + 2 K + 2 V) = 45 KB (HSP 64) or 85 KB.
+Counts per warp and 64-key tile at HS = 64, from the sm_90 SASS (cuobjdump), the steady state:
+  version 8, 16 rows: 64 HMMA, 32 LDSM.x4 (16 KB of shared reads), ~420 instructions (the
+    softmax and P V 250, Q K^T 60, the K/V copies 110), 2 barriers for 4 warps: 6.6 issued a mma.
+  version 10, 32 rows: 128 HMMA, 32 LDSM.x4 (the same 16 KB), ~600 instructions (the step 523 -
+    the 64 rescaling FMULs only when the maximum moved - the copies ~55, the loop ~20), 1 barrier:
+    4.7 a mma, and half the shared-memory bytes a mma.
+An H100 SM reads 128 B of shared memory a clock: version 8's 16 KB per 64 mma is 128 clocks for
+64 x 4096 FLOP, a cap of 2048 FLOP/clk/SM, ~470 TFLOP/s at 1.75 GHz, close enough to what mma.sync
+delivers (~2/3 of the 4096 FLOP/clk/SM of wgmma) that the two compete; at 32 rows the cap
+doubles. Each SM issues one instruction a clock per scheduler: at 6.6 instructions a mma,
+version 8 spends ~6.6 clocks of issue per mma against ~6 of tensor time; 4.7 leaves headroom.
+The MUFU.EX2 (16 a clock per SM) are 64 per 128 mma: ~8 clocks each per scheduler, 512 against
+~770 of tensor time a tile, overlapped with P V of the previous tile (the lag).
+K/V from L2: a block's 16 KB per tile now serves 128 query rows, not 64: at B = 4, T = 1024,
+NH = 12, 57 MB instead of 107 MB.
+Registers: Q fragments 32, o 64, s 64, the lagging P 32 (bf16 pairs), m and l 8: ptxas uses 255
+(no spills), so 2 blocks (8 warps) an SM: 128 threads x 255 x 2 fits 64 K registers. Shared
+memory: (128 Q rows + 3 x 64 K + 3 x 64 V rows) x 144 B = 72 KB a block, 144 KB for two.
+Fewer warps (8 an SM, version 8 had 16) hide less latency: the lag and the two independent m
+tiles per warp are what keep the tensor pipe fed.
+Scheduling: query tiles are dispatched longest first (blockIdx.y reversed) and the hardware hands
+the next block to the SM that frees a slot: at B = 4 that is 384 blocks of 2..16 key tiles on
+264 slots (2 an SM). A model of it (an SM's two blocks share its throughput, one alone runs at
+0.65 of it) gives 87% of a perfect balance (93% at B = 8); pairing query tile i with 7 - i in one
+block (equal work) gives 192 blocks for 264 slots: 73%. Warps 0-1 of a block finish one tile
+before warps 2-3 (their rows end 64 keys earlier); the other block on the SM uses the gap.
+Only each warp's diagonal tile is masked; rows past T are computed and not stored; a warp with
+no row below T only keeps the barriers.
+Prediction (to be measured): if version 8 is bound by issue and shared-memory bandwidth, the
+ratios above give 68 us x 4.7 / 6.6 = ~48 us at B = 8 (~270 TFLOP/s, cuDNN 52.1 us) and ~27 us at
+B = 4 (~240 TFLOP/s), about cuDNN's time. The risk is latency with 8 warps an SM; PV_LAG = 0 and
+RESCALE_SLACK = 0 below measure what the lag and the lazy rescaling are worth.
+The copy row is no bar here: attention is compute bound (6.4 GFLOP for 25 MB at B = 4).
 """
 preconditions = ["HS <= 128"]
 
-# head sizes that are a multiple of 8: 16-byte cp.async rows; others: element-wise loads, same
-# kernel otherwise. HSP = 64 for HS <= 64 (smaller heads are zero-padded), 128 above.
+# HS a multiple of 8: 16-byte cp.async rows; others: element-wise loads, the same kernel otherwise.
+# HSP = 64 for HS <= 64 (smaller heads zero-padded): 32 rows a warp, 128-row blocks, 3 stages.
+# HSP = 128: 16 rows a warp (Q and o would need 192 registers at 32), 64-row blocks, 2 stages
+# (3 would take 119 KB, one block an SM).
 [[launch]]
-kernel = "attention_forward8_hs64"
+kernel = "attention_forward10_hs64"
 when = "HS % 8 == 0 and HS <= 64"
-grid = ["B * NH", "cdiv(T, 64)"]
+grid = ["B * NH", "cdiv(T, 128)"]
 block = 128
-shared = "2 * 5 * 64 * (64 + 8)"
+shared = "2 * (128 + 2 * 3 * 64) * (64 + 8)"
 args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 
 [[launch]]
-kernel = "attention_forward8_hs128"
+kernel = "attention_forward10_hs128"
 when = "HS % 8 == 0 and HS > 64"
 grid = ["B * NH", "cdiv(T, 64)"]
 block = 128
-shared = "2 * 5 * 64 * (128 + 8)"
+shared = "2 * (64 + 2 * 2 * 64) * (128 + 8)"
 args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 
 [[launch]]
-kernel = "attention_forward8_hs64_any"
+kernel = "attention_forward10_hs64_any"
 when = "HS % 8 != 0 and HS <= 64"
-grid = ["B * NH", "cdiv(T, 64)"]
+grid = ["B * NH", "cdiv(T, 128)"]
 block = 128
-shared = "2 * 5 * 64 * (64 + 8)"
+shared = "2 * (128 + 2 * 3 * 64) * (64 + 8)"
 args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 
 [[launch]]
-kernel = "attention_forward8_hs128_any"
+kernel = "attention_forward10_hs128_any"
 when = "HS % 8 != 0 and HS > 64"
 grid = ["B * NH", "cdiv(T, 64)"]
 block = 128
-shared = "2 * 5 * 64 * (128 + 8)"
+shared = "2 * (64 + 2 * 2 * 64) * (128 + 8)"
 args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 */
-// ---- begin attention_mma.cuh ----
-// attention_mma.cuh: the pieces the tensor-core flash-attention versions (attention_forward 7 in
-// TF32, 8 in bf16) share: staging a tile of rows into shared memory, the double-buffer step of
-// the key loop, the causal mask and the online softmax applied to score fragments, and the
-// epilogue (normalise, write out and lse).
+// ---- begin attention_fwd_mma.cuh ----
+// attention_fwd_mma.cuh: the warp-level pieces of a bf16 flash-attention forward in which a warp
+// owns MT m-tiles of 16 query rows (MT = 1 or 2) and every K / V fragment fetched with ldmatrix
+// feeds MT mma instructions; and the P V product can lag the scores by one key tile.
 //
-// Shared because the two versions differ only in their tensor-core instruction and element type;
-// the softmax bookkeeping around the mma is the same line for line. The mma fragment layouts
-// these functions assume are documented in mma.cuh.
+// Shared so that a later forward (another tile shape, or the backward's recomputation of P) can
+// reuse the fragment maps; attention_forward 10 is their first user. The instructions and their
+// fragment layouts are in mma.cuh; the maps below are version 8's (attention_forward
+// 8_flash_mma_bf16.cu tells them element by element), generalised to MT m-tiles. No inline PTX
+// but mma.cuh's wrappers (and no blockIdx), so the CPU emulator (tests/gpu_emu) runs it as is.
 //
-// A warp owns 16 query rows. Its scores for a tile of keys are NT accumulator fragments of
-// m16n8 (8 keys each): s[j][e] is the score of
-//     row  = row0 + g + 8 * (e / 2)          (e = 0, 1: row g; e = 2, 3: row g + 8)
-//     key  = key0 + 8 * j + 2 * t + (e % 2)
-// with g = lane / 4 and t = lane % 4 (mma.cuh's C layout). The output accumulators o[n][e] use
-// the same layout with channel 8 n + 2 t + (e % 2) in place of the key. So a lane holds two rows
-// (r = 0: row g; r = 1: row g + 8), and each row is spread over the 4 lanes of its group:
-// row-wide max and sum are warp_max<4> / warp_sum<4> (two xor shuffles, reduce.cuh).
+// Layouts (g = lane / 4, t = lane % 4):
+//   s[mt][n][e]  score of row row0 + 16 mt + g + 8 (e / 2) and key key0 + 8 n + 2 t + (e % 2),
+//                for NT = 8 n-tiles of 8 keys (a 64-key tile).
+//   o[mt][n][e]  output of the same row and channel 8 n + 2 t + (e % 2), DT = HSP / 8 n-tiles.
+//   p[mt][kk][4] the probabilities of keys 16 kk .. 16 kk + 15 as P V's A fragment, bf16 pairs:
+//                { s[2kk][0,1], s[2kk][2,3], s[2kk+1][0,1], s[2kk+1][2,3] }.
+//   m[mt][r], l[mt][r]  row r (0: g, 1: g + 8) of m-tile mt: the softmax's reference point (a
+//                past running maximum, see softmax_tile), kept already scaled (score x sl,
+//                sl = log2(e) / sqrt(HS)), and this lane's share of the row sum of 2^(s sl - m).
+// Shared-memory tiles: rows of S = HSP + 8 bf16 (HSP + 16 bytes: a 16-mod-128-byte stride, so the
+// 8 row addresses of one ldmatrix matrix fall in 8 different 16-byte bank groups).
 //
-// load_tile<T, ROWS, HSP, STRIDE, THREADS, ASYNC>(dst, src, row_stride, rows_left, HS)
-//   dst[r * STRIDE + d] = src[r * row_stride + d] for r < ROWS, d < HSP; zero where
-//   r >= rows_left or d >= HS (padding rows past T and channels past the head size must be zeros:
-//   a zero key row scores 0, a zero value row adds 0 x p; garbage could be NaN, and 0 x NaN = NaN).
-//   ASYNC: 16-byte cp.async copies (the caller commits and waits); needs HS a multiple of
-//   16 / sizeof(T), src 16-byte aligned at every row, STRIDE * sizeof(T) a multiple of 16, and
-//   THREADS a multiple of the copies per row, ROWS of the rows one pass of THREADS copies covers.
-//   Otherwise element by element, synchronously (any HS: the path for odd head sizes).
-// mask_causal(s, key0, row0): s = -inf where key > row (the diagonal tile only).
-// online_softmax(s, o, m, l, sl): folds a tile of raw scores into the running row max m (of raw
-//   scores), the lane's share of the row sum l (of 2^(score * sl - m * sl)) and the output o
-//   (rescaled by 2^((m_old - m_new) * sl)); s is replaced by the unnormalised probabilities
-//   p = 2^(s * sl - m_new * sl). sl = log2(e) / sqrt(HS), so 2^(s * sl) = exp(s / sqrt(HS)).
-// for_each_copied<T, ROWS, HSP, STRIDE, THREADS, ASYNC>(dst, f): f(element) for each element of
-//   dst that this thread's load_tile of the same parameters wrote (ASYNC: 16-byte pieces of rows
-//   r0, r0 + ROWS_PER_PASS, ...; else every THREADS-th element), e.g. to convert them in place
-//   once they have landed, before the barrier that shows them to the other threads.
-// tile_ready(j, tiles, load_next[, landed]): the double-buffer step at the top of key tile j. If a
-//   tile j + 1 exists, load_next() issues its copies (into the buffer tile j - 1 used: free since
-//   the barrier that ended iteration j - 1) as a new group, and we wait for all groups but that
-//   one; else for all. Then landed() (this thread's copies of tile j are in shared memory, the
-//   others' not yet visible), and the barrier that makes every thread's part of tile j visible.
-//   The caller ends each iteration with __syncthreads(), so tile j's buffer is not refilled while
-//   being read.
-// store_out<PAIRS>(out, o, scale, row0, T, NH, HS): out = o x scale[r] for the head
-//   blockIdx.x = b * NH + h, out (B, T, NH * HS); rows >= T skipped. PAIRS: channels 2t and
-//   2t + 1 in one 4- (bf16) or 8-byte (fp32) store: needs HS even.
-// store_rows<PAIRS>(out, lse, o, m, l, sl, row0, T, NH, HS): the softmax epilogue: per row
-//   (r = 0, 1), the row sum over the 4 lanes, lse = ln sum exp(s / sqrt(HS)) (lane t == 0;
-//   lse (B, NH, T)), out = o / sum. Every lane must call (shuffles).
-// head_rows(qkv, row, T, NH, HS): &qkv[b, row, 0, h, 0] for the head blockIdx.x = b * NH + h of
-//   qkv (B, T, 3, NH, HS): its q row `row`; + C gives k, + 2C gives v (C = NH * HS). Computed
-//   from fresh_block_x, so it may be called inside the key loop at no register cost.
-// fresh_block_x(): blockIdx.x read through an asm volatile, which the compiler can neither merge
-//   with an earlier read nor hoist out of a loop. For values needed only now and then (the next
-//   tile's address, the epilogue's offsets): computed from blockIdx.x once at the top, the
-//   compiler keeps them in registers across the whole key loop, and with the fragments taking
-//   most of the registers it spills them instead. Recomputing costs a few integer instructions.
+// stage_rows<ROWS, HSP, S, THREADS, ASYNC>(dst, src, row_stride, rows_left, HS)
+//   dst[r * S + d] = src[r * row_stride + d] for r < ROWS, d < HSP, zeros where r >= rows_left or
+//   d >= HS (zero keys score 0 and zero values add nothing; never NaN). ASYNC: 16-byte cp.async
+//   (zero-filled, no read, where invalid; the caller commits and waits), needs HS % 8 == 0 and
+//   16-byte aligned rows. Else element by element, synchronously (any HS).
+// TilePieces<HSP, S, THREADS>: the same ASYNC copy of a whole 64-row tile with the thread's part of
+//   the addresses computed once (see below).
+// k_lane<S>(tile), v_lane<S>(tile): this lane's ldmatrix row address in a K / V tile (shared space).
+// q_fragments<MT, KT, S>(qf, q_rows): the warp's Q A-fragments, q_rows = its first Q row in shared.
+// qk<MT, KT, S>(s, qf, k): s = Q K^T for one 64-key tile (set, not accumulated).
+// mask_causal<MT>(s, key0, row0): s = -inf where key > row.
+// softmax_tile<MT>(s, p, m, l, alpha, sl, slack): folds the tile into m and l; p = 2^(s sl - m_new)
+//   packed to bf16; alpha = 2^(m_old - m_new), by which the caller must rescale o (after adding
+//   any P V computed against m_old). m is a reference point, not always the maximum: it moves (to
+//   the running maximum) only when a tile's maximum exceeds it by more than slack (0: on every
+//   increase), so p <= 2^slack. Returns whether any of this lane's rows moved (alpha != 1): if
+//   none did, o needs no rescaling. s is consumed. The final out = o / l and
+//   lse = m + log2(l) are exact for any reference point.
+// pv<MT, DT, S>(o, p, v): o += P V for one 64-key tile.
+// rescale<MT, DT>(o, alpha): o *= alpha, row by row.
+// store_rows<MT, PAIRS>(out, lse, o, m, l, row0, b, h, T, NH, HS): the epilogue: the row sums over
+//   the 4 lanes, lse = ln sum exp(score / sqrt(HS)) (fp32, lane t == 0), out = o / sum (bf16;
+//   PAIRS: two channels in one 4-byte store, needs HS even). Rows >= T are skipped. All 32 lanes
+//   must call (shuffles).
 
-#ifndef KERNELS_COMMON_ATTENTION_MMA_CUH
-#define KERNELS_COMMON_ATTENTION_MMA_CUH
+#ifndef KERNELS_COMMON_ATTENTION_FWD_MMA_CUH
+#define KERNELS_COMMON_ATTENTION_FWD_MMA_CUH
 
 #include <stdint.h>
+// ---- begin bf16.cuh ----
+// bf16.cuh: bfloat16 storage for the bf16 versions: the type, 128-bit packs of eight, and
+// conversions, so every bf16 kernel moves memory the same way.
+//
+// Shared because each bf16 version of a memory-bound family reads and writes 16 bytes per thread
+// per access (eight bf16 values), converts to float for its arithmetic and back to bf16 to store.
+//
+// bf16 (= __nv_bfloat16): 1 sign, 8 exponent, 7 mantissa bits; float's range, ~3 significant
+//   digits. Arithmetic is done in float; only storage is bf16.
+// Pack8: eight bf16 in 16 bytes, aligned to 16. load8/store8 are plain 128-bit accesses;
+//   load8_stream/store8_stream use the streaming cache hints (__ldcs/__stcs: data touched once,
+//   evict first) for inputs and outputs no later kernel of the same launch reads again.
+//   The pointer must be 16-byte aligned: an index that is a multiple of 8 elements from a
+//   cudaMalloc'd base.
+// to_float / to_bf16: the conversions, round to nearest even.
+
+#ifndef KERNELS_COMMON_BF16_CUH
+#define KERNELS_COMMON_BF16_CUH
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+
+struct alignas(16) Pack8 {
+    bf16 v[8];
+};
+
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ Pack8 load8(const bf16* p) {
+    Pack8 out;
+    *reinterpret_cast<int4*>(&out) = *reinterpret_cast<const int4*>(p);
+    return out;
+}
+
+__device__ __forceinline__ void store8(bf16* p, const Pack8& x) {
+    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
+}
+
+__device__ __forceinline__ Pack8 load8_stream(const bf16* p) {
+    Pack8 out;
+    *reinterpret_cast<int4*>(&out) = __ldcs(reinterpret_cast<const int4*>(p));
+    return out;
+}
+
+__device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&x));
+}
+
+#endif  // KERNELS_COMMON_BF16_CUH
+
+// ---- end bf16.cuh ----
 // ---- begin mma.cuh ----
 // mma.cuh: warp-level tensor-core instructions (mma.sync, ldmatrix) and asynchronous copies
 // (cp.async) as inline PTX, with the fragment layouts that say which lane holds which element.
@@ -180,7 +249,7 @@ args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 // when their start addresses fall in 8 different 16-byte bank groups (row stride = 16 mod 128
 // bytes, e.g. a padded row, or an XOR swizzle).
 //
-// ---- cp.async.cg.shared.global (cp_async_16, cp_async_commit, cp_async_wait<N>) ---------------
+// ---- cp.async (cp_async_16, cp_async_4, cp_async_commit, cp_async_wait<N>) --------------------
 // cp_async_16(dst, src, valid): copies 16 bytes global -> shared without passing through
 // registers (and without L1: .cg). If !valid, src is not read and dst is filled with zeros
 // (src-size 0); src must still be a valid-looking address (pass the tensor's base). Both
@@ -243,6 +312,13 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 }
 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) { cp_async_16(smem_addr(dst), src, valid); }
+
+// cp_async_4(dst, src, valid): the same for 4 bytes (.ca: cached in L1; 16 is the only size .cg
+// takes), 4-byte aligned addresses. The backward kernels stage each row's log-sum-exp this way.
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
 
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -335,400 +411,371 @@ __device__ __forceinline__ float block_max(float v) { return block_reduce(v, tru
 
 // ---- end reduce.cuh ----
 
-// The ASYNC copy pattern: copy k of a thread is the 16-byte piece at row r0 + k ROWS_PER_PASS,
-// element d (one pass of THREADS copies covers ROWS_PER_PASS whole rows).
-template <typename T, int HSP, int THREADS>
-struct CopyPattern {
-    static constexpr int E = 16 / sizeof(T);                // elements per 16-byte copy
-    static constexpr int PER_ROW = HSP / E;                 // copies per row
-    static constexpr int ROWS_PER_PASS = THREADS / PER_ROW;
-    static_assert(THREADS % PER_ROW == 0, "whole rows per pass");
-    int r0 = threadIdx.x / PER_ROW, d = threadIdx.x % PER_ROW * E;
-};
-
-template <typename T, int ROWS, int HSP, int STRIDE, int THREADS, bool ASYNC>
-__device__ __forceinline__ void load_tile(T* dst, const T* src, int row_stride, int rows_left, int HS) {
+template <int ROWS, int HSP, int S, int THREADS, bool ASYNC>
+__device__ __forceinline__ void stage_rows(bf16* dst, const bf16* src, int row_stride, int rows_left, int HS) {
     if constexpr (ASYNC) {
-        using P = CopyPattern<T, HSP, THREADS>;
-        constexpr int ROWS_PER_PASS = P::ROWS_PER_PASS;
-        static_assert(ROWS % ROWS_PER_PASS == 0, "whole passes");
-        const P pat;
-        const int r0 = pat.r0, d = pat.d;
-        const T* from = src + r0 * row_stride + d;
-        const uint32_t to = smem_addr(dst + r0 * STRIDE + d);
+        constexpr int PER_ROW = HSP / 8;                 // 16-byte pieces per row
+        constexpr int ROWS_PER_PASS = THREADS / PER_ROW;
+        static_assert(THREADS % PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0, "whole rows, whole passes");
+        const int r0 = threadIdx.x / PER_ROW, d = threadIdx.x % PER_ROW * 8;
+        const uint32_t to = smem_addr(dst + r0 * S + d);
+        // A piece past HS reads nothing (zero-fill), but its address must still lie inside the
+        // tensor: it names the row's last real piece instead.
+        const bf16* from = src + (size_t)r0 * row_stride + min(d, HS - 8);
+        if (rows_left >= ROWS) {  // a whole tile (uniform): no row tests, one add per piece
 #pragma unroll
-        for (int k = 0; k < ROWS / ROWS_PER_PASS; k++) {
-            const bool valid = r0 + k * ROWS_PER_PASS < rows_left && d < HS;
-            cp_async_16(to + k * ROWS_PER_PASS * STRIDE * sizeof(T), valid ? from : src, valid);
-            from += ROWS_PER_PASS * row_stride;
+            for (int k = 0; k < ROWS / ROWS_PER_PASS; k++)
+                cp_async_16(to + k * ROWS_PER_PASS * S * 2, from + (size_t)k * ROWS_PER_PASS * row_stride, d < HS);
+        } else {
+#pragma unroll
+            for (int k = 0; k < ROWS / ROWS_PER_PASS; k++) {
+                const bool valid = r0 + k * ROWS_PER_PASS < rows_left && d < HS;
+                const bf16* piece = valid ? from + (size_t)k * ROWS_PER_PASS * row_stride : src;
+                cp_async_16(to + k * ROWS_PER_PASS * S * 2, piece, valid);
+            }
         }
     } else {
         for (int i = threadIdx.x; i < ROWS * HSP; i += THREADS) {
-            int r = i / HSP, d = i % HSP;
-            T v = static_cast<T>(0.0f);
-            if (r < rows_left && d < HS) v = src[r * row_stride + d];
-            dst[r * STRIDE + d] = v;
+            const int r = i / HSP, d = i % HSP;
+            dst[r * S + d] = r < rows_left && d < HS ? src[(size_t)r * row_stride + d] : to_bf16(0.0f);
         }
     }
 }
 
-template <int NT>
-__device__ __forceinline__ void mask_causal(float (&s)[NT][4], int key0, int row0) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (key0 + 8 * j + 2 * t + (e & 1) > row0 + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
-}
-
-template <int NT, int DT>
-__device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT][4], float (&m)[2],
-                                               float (&l)[2], float sl) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float mx = m[r];
-#pragma unroll
-        for (int j = 0; j < NT; j++) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-        mx = warp_max<4>(mx);
-        // A row whose every key so far is masked keeps m = -inf; subtracting 0 instead of -inf
-        // keeps its p = 2^-inf = 0 (not NaN). Every row of these kernels sees key 0 in its first
-        // tile, so this is a guard, not a path the tests take.
-        const float ms = mx == -INFINITY ? 0.0f : mx * sl;
-        const float alpha = exp2f(m[r] * sl - ms);  // 0 on the first tile (m = -inf)
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 2 * r; e < 2 * r + 2; e++) {
-                s[j][e] = exp2f(fmaf(s[j][e], sl, -ms));
-                sum += s[j][e];
-            }
-        l[r] = l[r] * alpha + sum;
-        m[r] = mx;
-#pragma unroll
-        for (int n = 0; n < DT; n++) {
-            o[n][2 * r] *= alpha;
-            o[n][2 * r + 1] *= alpha;
-        }
+// TilePieces<HSP, S, THREADS>(head, row_stride, HS): a thread's share of stage_rows' ASYNC copy of a
+// whole 64-row tile, with the per-thread part of the addresses computed once: src = the thread's
+// first piece in row 0 of `head` (add the tile's offset), copy(dst, src, row_stride) issues its
+// four (HSP = 64) or eight (128) 16-byte copies into the tile at shared address dst. Pieces past
+// HS are zero-filled from an in-bounds address, as in stage_rows.
+template <int HSP, int S, int THREADS>
+struct TilePieces {
+    static constexpr int PER_ROW = HSP / 8, ROWS_PER_PASS = THREADS / PER_ROW, PASSES = 64 / ROWS_PER_PASS;
+    const bf16* src;
+    uint32_t offset;  // the thread's first piece in a shared tile, bytes
+    bool valid;
+    __device__ __forceinline__ TilePieces(const bf16* head, int row_stride, int HS) {
+        const int r0 = threadIdx.x / PER_ROW, d = threadIdx.x % PER_ROW * 8;
+        src = head + (size_t)r0 * row_stride + min(d, HS - 8);
+        offset = (r0 * S + d) * 2;
+        valid = d < HS;
     }
-}
-
-__device__ __forceinline__ int fresh_block_x() {
-    int x;
-    asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(x));
-    return x;
-}
-
-template <typename T>
-__device__ __forceinline__ const T* head_rows(const T* qkv, int row, int T_, int NH, int HS) {
-    const int bh = fresh_block_x();
-    return qkv + ((size_t)(bh / NH) * T_ + row) * 3 * NH * HS + (size_t)(bh % NH) * HS;
-}
-
-template <typename T, int ROWS, int HSP, int STRIDE, int THREADS, bool ASYNC, typename F>
-__device__ __forceinline__ void for_each_copied(T* dst, F f) {
-    if constexpr (ASYNC) {
-        using P = CopyPattern<T, HSP, THREADS>;
-        const P pat;
+    __device__ __forceinline__ void copy(uint32_t dst, const bf16* from, int row_stride) const {
 #pragma unroll
-        for (int k = 0; k < ROWS / P::ROWS_PER_PASS; k++) {  // one 16-byte load and store a piece
-            int4* piece = reinterpret_cast<int4*>(dst + (pat.r0 + k * P::ROWS_PER_PASS) * STRIDE + pat.d);
-            union { int4 v; T e[P::E]; } x{*piece};
-#pragma unroll
-            for (int e = 0; e < P::E; e++) f(x.e[e]);
-            *piece = x.v;
-        }
-    } else {
-        for (int i = threadIdx.x; i < ROWS * HSP; i += THREADS) f(dst[i / HSP * STRIDE + i % HSP]);
+        for (int k = 0; k < PASSES; k++)
+            cp_async_16(dst + offset + k * ROWS_PER_PASS * S * 2, from + (size_t)k * ROWS_PER_PASS * row_stride,
+                        valid);
     }
-}
-
-template <typename LoadNext, typename Landed>
-__device__ __forceinline__ void tile_ready(int j, int tiles, LoadNext load_next, Landed landed) {
-    if (j + 1 < tiles) {
-        load_next();
-        cp_async_commit();
-        cp_async_wait<1>();  // all but the newest group: tile j has landed (this thread's part)
-    } else {
-        cp_async_wait<0>();
-    }
-    landed();
-    __syncthreads();  // ... and every thread's part
-}
-
-template <typename LoadNext>
-__device__ __forceinline__ void tile_ready(int j, int tiles, LoadNext load_next) {
-    tile_ready(j, tiles, load_next, [] {});
-}
-
-__device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ __forceinline__ void store_pair(__nv_bfloat16* p, float a, float b) {
-    *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(a, b);
-}
-__device__ __forceinline__ void store_one(float* p, float a) { *p = a; }
-__device__ __forceinline__ void store_one(__nv_bfloat16* p, float a) { *p = __float2bfloat16_rn(a); }
-
-template <bool PAIRS, int DT, typename T>
-__device__ __forceinline__ void store_out(T* out, const float (&o)[DT][4], const float (&scale)[2], int row0,
-                                          int T_, int NH, int HS) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const int bh = fresh_block_x(), C = NH * HS;
-    out += (size_t)(bh / NH) * T_ * C + (size_t)(bh % NH) * HS;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + g + 8 * r;
-        if (row >= T_) continue;
-        T* dst = out + (size_t)row * C;
-#pragma unroll
-        for (int n = 0; n < DT; n++) {  // o[n][2r + e] is channel 8n + 2t + e
-            const int d = 8 * n + 2 * t;
-            if (PAIRS) {  // HS even: d < HS covers d + 1
-                if (d < HS) store_pair(dst + d, o[n][2 * r] * scale[r], o[n][2 * r + 1] * scale[r]);
-            } else {
-                if (d < HS) store_one(dst + d, o[n][2 * r] * scale[r]);
-                if (d + 1 < HS) store_one(dst + d + 1, o[n][2 * r + 1] * scale[r]);
-            }
-        }
-    }
-}
-
-template <bool PAIRS, int DT, typename T>
-__device__ __forceinline__ void store_rows(T* out, float* lse, const float (&o)[DT][4], const float (&m)[2],
-                                           const float (&l)[2], float sl, int row0, int T_, int NH, int HS) {
-    const int g = threadIdx.x % 32 / 4;
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + g + 8 * r;
-        const float sum = warp_sum<4>(l[r]);
-        inv[r] = 1.0f / sum;
-        if (row < T_ && threadIdx.x % 4 == 0)
-            lse[(size_t)fresh_block_x() * T_ + row] = (m[r] * sl + log2f(sum)) * 0.6931471805599453f;  // ln 2 x log2
-    }
-    store_out<PAIRS>(out, o, inv, row0, T_, NH, HS);
-}
-
-#endif  // KERNELS_COMMON_ATTENTION_MMA_CUH
-
-// ---- end attention_mma.cuh ----  // load_tile, tile_ready, mask_causal, online_softmax, store_rows
-// ---- begin bf16.cuh ----
-// bf16.cuh: bfloat16 storage for the bf16 versions: the type, 128-bit packs of eight, and
-// conversions, so every bf16 kernel moves memory the same way.
-//
-// Shared because each bf16 version of a memory-bound family reads and writes 16 bytes per thread
-// per access (eight bf16 values), converts to float for its arithmetic and back to bf16 to store.
-//
-// bf16 (= __nv_bfloat16): 1 sign, 8 exponent, 7 mantissa bits; float's range, ~3 significant
-//   digits. Arithmetic is done in float; only storage is bf16.
-// Pack8: eight bf16 in 16 bytes, aligned to 16. load8/store8 are plain 128-bit accesses;
-//   load8_stream/store8_stream use the streaming cache hints (__ldcs/__stcs: data touched once,
-//   evict first) for inputs and outputs no later kernel of the same launch reads again.
-//   The pointer must be 16-byte aligned: an index that is a multiple of 8 elements from a
-//   cudaMalloc'd base.
-// to_float / to_bf16: the conversions, round to nearest even.
-
-#ifndef KERNELS_COMMON_BF16_CUH
-#define KERNELS_COMMON_BF16_CUH
-
-#include <cuda_bf16.h>
-
-typedef __nv_bfloat16 bf16;
-
-struct alignas(16) Pack8 {
-    bf16 v[8];
 };
 
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
-
-__device__ __forceinline__ Pack8 load8(const bf16* p) {
-    Pack8 out;
-    *reinterpret_cast<int4*>(&out) = *reinterpret_cast<const int4*>(p);
-    return out;
-}
-
-__device__ __forceinline__ void store8(bf16* p, const Pack8& x) {
-    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
-}
-
-__device__ __forceinline__ Pack8 load8_stream(const bf16* p) {
-    Pack8 out;
-    *reinterpret_cast<int4*>(&out) = __ldcs(reinterpret_cast<const int4*>(p));
-    return out;
-}
-
-__device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
-    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&x));
-}
-
-#endif  // KERNELS_COMMON_BF16_CUH
-
-// ---- end bf16.cuh ----
-// (already included: mma.cuh)            // mma_bf16_16816, ldmatrix, cp.async: the fragment layouts
-
-#define BR 64        // query rows per block: 4 warps x 16
-#define BC 64        // keys per tile
-#define THREADS 128
-
-// The warp's tile products, on tiles in shared memory with row stride S elements:
-// q_fragments_bf16: its Q fragments for KT 16-channel steps (q_rows: the warp's first Q row);
-// qk_bf16: the scores of NT / 2 pairs of 8-key n-tiles (s is set, not accumulated);
-// pv_bf16: o += p V for DT 8-channel n-tiles (p: the probabilities, in the layout of s, rounded
-// to bf16 here). k_rows / v_rows: this lane's ldmatrix row in the K / V tile (shared-space bytes).
-//
-// Fragment maps (g = lane / 4, t = lane % 4; the layouts are in mma.cuh):
-// S = Q K^T, per warp 16 rows x 8 NT keys, as KT k-steps of 16 channels x NT / 2 pairs of 8-key
-// n-tiles.
-//   A = Q[16 rows][16 channels]: ldmatrix_x4, matrices = the quarters (rows 0-7 | 8-15) x
-//     (channels 0-7 | 8-15) in the order top-left, bottom-left, top-right, bottom-right. Lane l
-//     gives the address of row (l % 16), channel 8 (l / 16): lanes 0-7 rows 0-7 / ch 0, lanes
-//     8-15 rows 8-15 / ch 0, lanes 16-23 rows 0-7 / ch 8, lanes 24-31 rows 8-15 / ch 8.
-//   B = K^T for keys 16p..16p+15 (n-tiles 2p and 2p+1): B[k][n] = K[key n][channel k], so the
-//     B layout's pair (k = 2t, 2t+1; n = g) is K[g][2t..2t+1], adjacent: plain ldmatrix on K's
-//     rows. Lane l gives key 16p + (l % 8) + 8 (l / 16), channel 16kk + 8 ((l / 8) % 2), so the
-//     matrices are (keys 0-7, ch 0-7) = b0 of n-tile 2p, (keys 0-7, ch 8-15) = b1 of 2p,
-//     (keys 8-15, ch 0-7) = b0 of 2p+1, (keys 8-15, ch 8-15) = b1 of 2p+1.
-// O += P V: per warp 16 rows x 8 DT channels, as NT / 2 k-steps of 16 keys x DT / 2 pairs of
-// 8-channel n-tiles.
-//   A = P[16 rows][keys 16kk..16kk+15]: the A layout wants (row g, keys 2t, 2t+1) in a[0],
-//     (g+8, 2t..) in a[1], (g, 2t+8..) in a[2], (g+8, 2t+8..) in a[3]. S's n-tile 2kk holds
-//     (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of keys 16kk.., n-tile 2kk+1 the same for keys
-//     16kk+8..: a = { s[2kk][0,1], s[2kk][2,3], s[2kk+1][0,1], s[2kk+1][2,3] }, packed to bf16.
-//     The score accumulators become the next mma's operand without leaving registers.
-//   B = V[keys][channels 16p..16p+15]: B[k][n] = V[key k][channel n], pair (k = 2t, 2t+1; n = g)
-//     is two different rows of V: ldmatrix .trans on V's rows hands lane (g, t) rows 2t, 2t+1
-//     of column g. Lane l gives key 16kk + (l % 16), channel 16p + 8 (l / 16) (Q's pattern), so
-//     the matrices are (keys 0-7, ch 0-7) = b0 of n-tile 2p, (keys 8-15, ch 0-7) = b1 of 2p,
-//     (keys 0-7, ch 8-15) = b0 of 2p+1, (keys 8-15, ch 8-15) = b1 of 2p+1.
-// Both B orders are chosen so that each n-tile's (b0, b1) are consecutive destination registers
-// of the ldmatrix: the mma reads B as an aligned register pair, and any other pairing costs a
-// register move per operand (K's lane pattern for V would save one address register, and cost
-// ~30 moves a tile).
-
-// This lane's ldmatrix row in a K tile and in a V tile (the patterns above), as shared-space
-// addresses; a 16-row / 16-element step adds a constant.
+// K: lane l gives key (l % 8) + 8 (l / 16), channel 8 ((l / 8) % 2): the matrices are the b0, b1 of
+// n-tile 2p and the b0, b1 of n-tile 2p + 1. V (.trans): key l % 16, channel 8 (l / 16): the b0, b1
+// of channel n-tile 2n, then of 2n + 1. Byte offsets of a 16-key / 16-channel step are constants.
 template <int S>
-__device__ __forceinline__ uint32_t k_rows_bf16(const __nv_bfloat16* tile) {
+__device__ __forceinline__ uint32_t k_lane(const bf16* tile) {
     const int lane = threadIdx.x % 32;
     return smem_addr(tile + (lane % 8 + 8 * (lane / 16)) * S + 8 * (lane / 8 % 2));
 }
 
 template <int S>
-__device__ __forceinline__ uint32_t v_rows_bf16(const __nv_bfloat16* tile) {
+__device__ __forceinline__ uint32_t v_lane(const bf16* tile) {
     const int lane = threadIdx.x % 32;
     return smem_addr(tile + (lane % 16) * S + 8 * (lane / 16));
 }
 
-template <int KT, int S>
-__device__ __forceinline__ void q_fragments_bf16(uint32_t (&qf)[KT][4], const __nv_bfloat16* q_rows) {
+template <int MT, int KT, int S>
+__device__ __forceinline__ void q_fragments(uint32_t (&qf)[MT][KT][4], const bf16* q_rows) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
-    for (int kk = 0; kk < KT; kk++) ldmatrix_x4(qf[kk], q_rows + (lane % 16) * S + 16 * kk + 8 * (lane / 16));
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < KT; kk++)
+            ldmatrix_x4(qf[mt][kk], q_rows + (16 * mt + lane % 16) * S + 16 * kk + 8 * (lane / 16));
 }
 
-template <int KT, int NT, int S>
-__device__ __forceinline__ void qk_bf16(float (&s)[NT][4], const uint32_t (&qf)[KT][4], uint32_t k_rows) {
+template <int MT, int KT, int S>
+__device__ __forceinline__ void qk(float (&s)[MT][8][4], const uint32_t (&qf)[MT][KT][4], uint32_t k) {
 #pragma unroll
-    for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;  // ptxas feeds RZ instead
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < KT; kk++)
 #pragma unroll
-        for (int p = 0; p < NT / 2; p++) {
+        for (int p = 0; p < 4; p++) {
             uint32_t kb[4];
-            ldmatrix_x4(kb, k_rows + (16 * p * S + 16 * kk) * 2);  // 2 bytes an element
-            mma_bf16_16816(s[2 * p], qf[kk], kb[0], kb[1]);
-            mma_bf16_16816(s[2 * p + 1], qf[kk], kb[2], kb[3]);
+            ldmatrix_x4(kb, k + (16 * p * S + 16 * kk) * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {  // one fragment, MT mma: the point of MT = 2
+                mma_bf16_16816(s[mt][2 * p], qf[mt][kk], kb[0], kb[1]);
+                mma_bf16_16816(s[mt][2 * p + 1], qf[mt][kk], kb[2], kb[3]);
+            }
         }
 }
 
-template <int NT, int DT, int S>
-__device__ __forceinline__ void pv_bf16(float (&o)[DT][4], const float (&p)[NT][4], uint32_t v_rows) {
+template <int MT>
+__device__ __forceinline__ void mask_causal(float (&s)[MT][8][4], int key0, int row0) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int d = key0 + 2 * t - row0 - g;  // key - row for mt = 0, n = 0, e = 0
 #pragma unroll
-    for (int kk = 0; kk < NT / 2; kk++) {
-        const uint32_t pa[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]), pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
-                                pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                                pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (d + 8 * n + (e & 1) - 16 * mt - 8 * (e >> 1) > 0) s[mt][n][e] = -INFINITY;
+}
+
+template <int MT>
+__device__ __forceinline__ bool softmax_tile(float (&s)[MT][8][4], uint32_t (&p)[MT][4][4], float (&m)[MT][2],
+                                             float (&l)[MT][2], float (&alpha)[MT][2], float sl, float slack) {
+    bool grew = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float a = fmaxf(s[mt][0][2 * r], s[mt][0][2 * r + 1]), b = fmaxf(s[mt][1][2 * r], s[mt][1][2 * r + 1]);
+#pragma unroll
+            for (int n = 2; n < 8; n += 2) {  // two chains: half the dependent latency
+                a = fmaxf(a, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+                b = fmaxf(b, fmaxf(s[mt][n + 1][2 * r], s[mt][n + 1][2 * r + 1]));
+            }
+            // The reference point m moves only when the tile's maximum passes it by more than
+            // slack: until then p <= 2^slack, harmless in fp32 sums and bf16 P (the same relative
+            // rounding at any magnitude), and o needs no rescaling. Every row's first tile holds
+            // key 0, which no mask removes: after it m is finite, and s sl - m never inf - inf.
+            const float mx = warp_max<4>(fmaxf(a, b)) * sl;
+            const bool up = mx > m[mt][r] + slack;  // always on the first tile (m = -inf)
+            const float mn = up ? mx : m[mt][r];
+            alpha[mt][r] = exp2f(m[mt][r] - mn);  // 1 if m stays; 0 on the first tile
+            m[mt][r] = mn;
+            grew |= up;
+            float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {  // one FFMA and one MUFU.EX2 a score
+                s[mt][n][2 * r] = exp2f(fmaf(s[mt][n][2 * r], sl, -mn));
+                s[mt][n][2 * r + 1] = exp2f(fmaf(s[mt][n][2 * r + 1], sl, -mn));
+                sa += s[mt][n][2 * r];
+                sb += s[mt][n][2 * r + 1];
+            }
+            l[mt][r] = fmaf(l[mt][r], alpha[mt][r], sa + sb);
+        }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            p[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            p[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            p[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            p[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+    return grew;
+}
+
+template <int MT, int DT, int S>
+__device__ __forceinline__ void pv(float (&o)[MT][DT][4], const uint32_t (&p)[MT][4][4], uint32_t v) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
 #pragma unroll
         for (int n = 0; n < DT / 2; n++) {
             uint32_t vb[4];
-            ldmatrix_x4_trans(vb, v_rows + (16 * kk * S + 16 * n) * 2);
-            mma_bf16_16816(o[2 * n], pa, vb[0], vb[1]);
-            mma_bf16_16816(o[2 * n + 1], pa, vb[2], vb[3]);
+            ldmatrix_x4_trans(vb, v + (16 * kk * S + 16 * n) * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16_16816(o[mt][2 * n], p[mt][kk], vb[0], vb[1]);
+                mma_bf16_16816(o[mt][2 * n + 1], p[mt][kk], vb[2], vb[3]);
+            }
         }
-    }
 }
 
-template <int HSP, bool ASYNC>
-__device__ __forceinline__ void attention_forward8_body(bf16* out, float* lse, const bf16* qkv, int T, int NH,
-                                                        int HS, float sl) {
-    constexpr int S = HSP + 8;   // shared row stride in elements (see "why": conflict-free ldmatrix)
-    constexpr int KT = HSP / 16; // k-steps of Q K^T
-    constexpr int NT = BC / 8;   // 8-key n-tiles of S
-    constexpr int DT = HSP / 8;  // 8-channel n-tiles of O
+template <int MT, int DT>
+__device__ __forceinline__ void rescale(float (&o)[MT][DT][4], const float (&alpha)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < DT; n++) {
+            o[mt][n][0] *= alpha[mt][0];
+            o[mt][n][1] *= alpha[mt][0];
+            o[mt][n][2] *= alpha[mt][1];
+            o[mt][n][3] *= alpha[mt][1];
+        }
+}
+
+template <int MT, bool PAIRS, int DT>
+__device__ __forceinline__ void store_rows(bf16* out, float* lse, const float (&o)[MT][DT][4], const float (&m)[MT][2],
+                                           const float (&l)[MT][2], int row0, int b, int h, int T, int NH, int HS) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int C = NH * HS;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + 16 * mt + g + 8 * r;
+            const float sum = warp_sum<4>(l[mt][r]);  // every lane: shuffles before the row test
+            if (row >= T) continue;
+            const float inv = 1.0f / sum;
+            if (t == 0) lse[((size_t)b * NH + h) * T + row] = (m[mt][r] + log2f(sum)) * 0.6931471805599453f;
+            bf16* dst = out + ((size_t)b * T + row) * C + (size_t)h * HS;
+#pragma unroll
+            for (int n = 0; n < DT; n++) {
+                const int d = 8 * n + 2 * t;
+                const float x = o[mt][n][2 * r] * inv, y = o[mt][n][2 * r + 1] * inv;
+                if (PAIRS) {  // HS even: d < HS covers d + 1
+                    if (d < HS) *reinterpret_cast<uint32_t*>(dst + d) = pack_bf16x2(x, y);
+                } else {
+                    if (d < HS) dst[d] = to_bf16(x);
+                    if (d + 1 < HS) dst[d + 1] = to_bf16(y);
+                }
+            }
+        }
+}
+
+#endif  // KERNELS_COMMON_ATTENTION_FWD_MMA_CUH
+
+// ---- end attention_fwd_mma.cuh ----  // stage_rows, the fragment maps, softmax_tile, pv, store_rows
+// (already included: bf16.cuh)
+// (already included: mma.cuh)
+
+#define BC 64  // keys per tile
+template <bool B>
+struct Flag {  // a compile-time yes / no passed by value: step(j, Flag<true>{}, ...)
+    static constexpr bool value = B;
+};
+// Two switches, for measuring what each idea is worth (the tests run both settings):
+// RESCALE_SLACK: log2 units; p <= 2^slack before the reference point moves (see softmax_tile);
+//   0 rescales o on every increase of a row's maximum.
+// PV_LAG: 1 multiplies P V a tile behind Q K^T (see "why"); 0 as versions 7 and 8.
+#ifndef RESCALE_SLACK
+#define RESCALE_SLACK 8.0f
+#endif
+#ifndef PV_LAG
+#define PV_LAG 1
+#endif
+
+// One block: WARPS warps x MT m-tiles x 16 query rows = BR rows, key tiles of BC = 64 keys through
+// STAGES shared buffers each for K and V. LAG = 1: iteration j multiplies Q K_j and P_{j-1} V_{j-1}.
+template <int HSP, int MT, int WARPS, int STAGES, bool LAG, bool ASYNC>
+__device__ __forceinline__ void attention_forward10_body(bf16* out, float* lse, const bf16* qkv, int T, int NH,
+                                                         int HS, float sl) {
+    constexpr int S = HSP + 8, KT = HSP / 16, DT = HSP / 8;
+    constexpr int BR = 16 * MT * WARPS, THREADS = 32 * WARPS, TILE = BC * S;
+    constexpr uint32_t TILE_BYTES = TILE * sizeof(bf16);
+    static_assert(16 * MT <= BC && BR % BC == 0, "a warp's rows inside one key tile; blocks of whole key tiles");
+    static_assert(STAGES >= 2, "at least double buffering");
     extern __shared__ float4 smem4[];
     bf16* Qs = reinterpret_cast<bf16*>(smem4);
-    bf16* Ks = Qs + BR * S;      // two buffers of BC rows
-    bf16* Vs = Ks + 2 * BC * S;  // two buffers of BC rows
+    bf16* Ks = Qs + BR * S;           // STAGES buffers of BC rows
+    bf16* Vs = Ks + STAGES * TILE;    // STAGES buffers of BC rows
 
     const int warp = threadIdx.x / 32;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;  // longest query tiles first
-    const int row0 = q0 + 16 * warp;                    // this warp's first query row
-    const int C = NH * HS;
-    const int rs = 3 * C;                               // qkv row stride
-    const bf16* base = head_rows(qkv, 0, T, NH, HS);     // q of row 0 of this block's head
-    const int tiles = q0 / BC + 1;                      // key tiles 0 .. the diagonal one (BC == BR)
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;  // the longest query tiles first
+    const int row0 = q0 + 16 * MT * warp;               // this warp's first query row
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+    const int C = NH * HS, rs = 3 * C;
+    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HS;  // q of row 0 of this head
+    // Key tiles: the block's up to its last valid row; the warp's up to its own diagonal tile, which
+    // holds all its rows (they lie in one 64-aligned range), the only tile it masks. A warp past
+    // T has none (it only keeps the barriers).
+    const int tiles = (min(q0 + BR, T) - 1) / BC + 1;
+    const int mine = row0 < T ? row0 / BC + 1 : 0;
 
-    // Q (one group), then K/V tile 0 (a second group): wait for Q only, take its fragments.
-    load_tile<bf16, BR, HSP, S, THREADS, ASYNC>(Qs, base + (size_t)q0 * rs, rs, T - q0, HS);
-    cp_async_commit();
-    load_tile<bf16, BC, HSP, S, THREADS, ASYNC>(Ks, base + C, rs, T, HS);
-    load_tile<bf16, BC, HSP, S, THREADS, ASYNC>(Vs, base + 2 * C, rs, T, HS);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    uint32_t qf[KT][4];
-    q_fragments_bf16<KT, S>(qf, Qs + 16 * warp * S);
-    const uint32_t k_lane = k_rows_bf16<S>(Ks), v_lane = v_rows_bf16<S>(Vs);  // ldmatrix rows, buffer 0
+    // Copy group i carries K_i and V_{i - LAG}: issued STAGES - 1 tiles ahead, into the buffers
+    // that tile i - STAGES used (free since the barrier that ended the iteration reading them).
+    // The steady state (tile i whole, so tile i - LAG too; 16-byte copies) takes a short path:
+    // this thread's pieces of the two tiles are one pointer and one add apart.
+    const TilePieces<HSP, S, THREADS> piece(q_base, rs, HS);
+    auto issue = [&](int i) {
+        const int iv = i - LAG;
+        if (ASYNC && iv >= 0 && i < tiles && (i + 1) * BC <= T) {
+            const bf16* k_src = piece.src + (size_t)i * BC * rs + C;
+            piece.copy(smem_addr(Ks + i % STAGES * TILE), k_src, rs);
+            piece.copy(smem_addr(Vs + iv % STAGES * TILE), k_src + (C - (size_t)LAG * BC * rs), rs);
+        } else {
+            if (i < tiles)
+                stage_rows<BC, HSP, S, THREADS, ASYNC>(Ks + i % STAGES * TILE, q_base + (size_t)i * BC * rs + C, rs,
+                                                       T - i * BC, HS);
+            if (iv >= 0 && iv < tiles)
+                stage_rows<BC, HSP, S, THREADS, ASYNC>(Vs + iv % STAGES * TILE, q_base + (size_t)iv * BC * rs + 2 * C,
+                                                       rs, T - iv * BC, HS);
+        }
+        cp_async_commit();  // possibly empty: one group per tile keeps the wait counts constant
+    };
 
-    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    // Group 0: Q and the first K (and V); then the other STAGES - 2 lookahead groups.
+    stage_rows<BR, HSP, S, THREADS, ASYNC>(Qs, q_base + (size_t)q0 * rs, rs, T - q0, HS);
 #pragma unroll
-    for (int n = 0; n < DT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int i = 0; i < STAGES - 1; i++) issue(i);
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    uint32_t qf[MT][KT][4];
+    q_fragments<MT, KT, S>(qf, Qs + (row0 - q0) * S);
+    const uint32_t k_base = k_lane<S>(Ks), v_base = v_lane<S>(Vs);
 
-    for (int j = 0; j < tiles; j++) {
-        const int k0 = j * BC;
-        tile_ready(j, tiles, [&] {  // prefetch tile j + 1 into the other buffer
-            const bf16* next = head_rows(qkv, k0 + BC, T, NH, HS);
-            const int nb = (j + 1) % 2 * BC * S;
-            load_tile<bf16, BC, HSP, S, THREADS, ASYNC>(Ks + nb, next + C, rs, T - k0 - BC, HS);
-            load_tile<bf16, BC, HSP, S, THREADS, ASYNC>(Vs + nb, next + 2 * C, rs, T - k0 - BC, HS);
-        });
-        // This lane's ldmatrix row addresses in the current buffers (shared-space bytes).
-        const uint32_t buf = j % 2 * BC * S * sizeof(bf16), kc = k_lane + buf, vc = v_lane + buf;
-
-        float s[NT][4];
-        qk_bf16<KT, NT, S>(s, qf, kc);
-        if (k0 == q0) mask_causal(s, k0, row0);  // the diagonal tile: keys past the row
-        online_softmax(s, o, m, l, sl);
-
-        pv_bf16<NT, DT, S>(o, s, vc);
-        __syncthreads();  // everyone is done with buffer j % 2 before iteration j + 1 refills it
+    float o[MT][DT][4], m[MT][2], l[MT][2];
+    uint32_t p[MT][4][4];  // LAG: the previous tile's probabilities, waiting for their V
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < DT; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
     }
 
-    store_rows<ASYNC>(out, lse, o, m, l, sl, row0, T, NH, HS);
+    // One key tile of this warp's work: QK (scores of tile j: mask if its diagonal), PV (o += P V
+    // of tile j - LAG). Compile-time flags, so the steady state is one straight block of code.
+    auto step = [&](int j, auto QK, auto MASK, auto PV) {
+        float s[MT][8][4], alpha[MT][2];
+        uint32_t pn[MT][4][4];
+        bool grew = false;
+        if constexpr (decltype(QK)::value) {
+            qk<MT, KT, S>(s, qf, k_base + j % STAGES * TILE_BYTES);
+            if constexpr (decltype(MASK)::value) mask_causal<MT>(s, j * BC, row0);
+            grew = softmax_tile<MT>(s, pn, m, l, alpha, sl, RESCALE_SLACK);
+        }
+        if constexpr (LAG) {
+            // Independent of the softmax above: the scheduler may interleave these mma with its
+            // MUFU and FFMA work. o is rescaled only after it has taken P_{j-1} V_{j-1} (which
+            // is relative to the old maximum).
+            if constexpr (decltype(PV)::value) pv<MT, DT, S>(o, p, v_base + (j - 1) % STAGES * TILE_BYTES);
+            if constexpr (decltype(QK)::value) {
+                if (grew) rescale<MT, DT>(o, alpha);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) p[mt][kk][e] = pn[mt][kk][e];
+            }
+        } else if constexpr (decltype(QK)::value) {
+            if (grew) rescale<MT, DT>(o, alpha);
+            pv<MT, DT, S>(o, pn, v_base + j % STAGES * TILE_BYTES);
+        }
+    };
+    using Y = Flag<true>;
+    using N = Flag<false>;
+
+    for (int j = 0; j < tiles + LAG; j++) {
+        issue(j + STAGES - 1);
+        const bool qk_on = j < mine, diag = j == mine - 1, pv_on = j >= LAG && j - LAG < mine;
+        if (qk_on && !diag && pv_on) step(j, Y{}, N{}, Y{});  // the steady state
+        else if (qk_on && diag && pv_on) step(j, Y{}, Y{}, Y{});
+        else if (qk_on && !diag) step(j, Y{}, N{}, N{});       // LAG: the first tile
+        else if (qk_on) step(j, Y{}, Y{}, N{});                // LAG: the first tile is the diagonal
+        else if (pv_on) step(j, N{}, N{}, Y{});                // LAG: the last tile's P V
+        cp_async_wait<STAGES - 2>();  // group j + 1 (tile j + 1) has landed, this thread's part
+        __syncthreads();              // every thread's part; and tile j's buffers are free
+    }
+
+    store_rows<MT, ASYNC>(out, lse, o, m, l, row0, b, h, T, NH, HS);
 }
 
-// Blocks per SM the register budget must allow: 4 (<= 128 registers a thread: 16 warps an SM,
-// with 4 x 45 KB of shared memory) for HSP = 64, whose Q, S and O fragments alone take 80
-// registers; 2 for HSP = 128 (Q and O double). 128 is tight: ptxas (CUDA 13.0) fits the loop
-// without spills only since the per-tile addresses are recomputed (fresh_block_x); if another
-// compiler spills, 3 (<= 168 registers, 12 warps) is the fallback.
-#define ENTRY(name, HSP, ASYNC, MIN_BLOCKS)                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)                              \
-    name(bf16* out, float* lse, const bf16* qkv, int T, int NH, int HS, float sl) {                 \
-        attention_forward8_body<HSP, ASYNC>(out, lse, qkv, T, NH, HS, sl);                          \
+// Two blocks an SM: ptxas may use up to 255 registers (65536 / 256 threads), which the 32-row
+// warp needs (see "why"); the shared memory of two blocks fits (144 KB, or 170 KB at HSP 128).
+#define ENTRY(name, HSP, MT, STAGES, ASYNC)                                                         \
+    extern "C" __global__ void __launch_bounds__(128, 2)                                          \
+    name(bf16* out, float* lse, const bf16* qkv, int T, int NH, int HS, float sl) {                \
+        attention_forward10_body<HSP, MT, 4, STAGES, PV_LAG, ASYNC>(out, lse, qkv, T, NH, HS, sl); \
     }
-ENTRY(attention_forward8_hs64, 64, true, 4)
-ENTRY(attention_forward8_hs128, 128, true, 2)
-ENTRY(attention_forward8_hs64_any, 64, false, 3)
-ENTRY(attention_forward8_hs128_any, 128, false, 2)
+ENTRY(attention_forward10_hs64, 64, 2, 3, true)
+ENTRY(attention_forward10_hs128, 128, 1, 2, true)
+ENTRY(attention_forward10_hs64_any, 64, 2, 3, false)
+ENTRY(attention_forward10_hs128_any, 128, 1, 2, false)

@@ -1,131 +1,63 @@
 /*
-title = "bf16, 16-byte loads of eight values, the row held in registers as float"
+title = "bf16: one resident wave of warps, each holding two rows: one normalized while the other is in flight"
 precision = "bf16"
-changed = "Version 8 with version 6's layout: each lane loads its share of the row as Pack8 (eight bf16 in 16 bytes) once, up front, and keeps it widened to float in registers; mean and variance come from registers; weight and bias are staged in shared memory as Pack8, once per block, while the rows' loads are in flight."
+changed = "Version 9 made persistent and pipelined: the grid is one resident wave of warps looping over rows; each warp issues the loads of its first two rows before it stages the weights, and from then on holds two rows in registers, refilling a row's registers with its row two ahead as soon as that row is written, so one row is always in flight while the other is reduced and written. Rows sit in registers as raw 32-bit words (stream_vec.cuh), widened where they are used; weight and bias sit in shared memory as words."
 why = """
-Version 8 reads the row three times with 2-byte loads: a warp's load instruction moves 64 bytes.
-Here a warp's load moves 512 bytes (32 lanes x 16), an eighth of the instructions, and each lane
-issues all of its C/256 loads before it waits for any, so a row of 768 is three 16-byte loads in
-flight per lane. The row then crosses the memory bus once in and once out, the minimum: half of
-version 6's bytes for the same structure. The two-pass variance is exact and costs no memory.
-weight and bias are read by every row: each block copies them into shared memory once (Pack8,
-4*C bytes; 32 lanes reading 32 consecutive packs is conflict-free), and each warp issues its
-row's loads before that copy and its barrier, so their latencies overlap instead of adding up.
-Registers hold the row widened to float (8 per pack), so the array needs a compile-time size:
-one instantiation for rows up to 1024 (4 packs per lane, GPT-2's 768) and one up to 2048 (8
-packs, GPT-2 XL's 1600); the launch picks one. Packs past the row are zeros and are never
-stored.
+At 8x1024x768 the op reads 12.6 MB and writes 12.6 MB (plus 64 KB of mean and rstd): version 9
+takes 17.2 us against 16.1-16.4 us for a copy of the same bytes (0.94-0.95x), while fp32's
+version 6, the same design at twice the bytes, reaches 1.0x. The difference is bytes in flight.
+fp32 version 6 has 6 float4 per lane in flight: 96 KB an SM at its 32 resident warps. Version 9
+at bf16 has 3 packs per lane: 48 KB an SM, about what Little's law asks for (3 TB/s x ~2 us of
+loaded latency / 132 SMs = ~45 KB), and only while every warp waits for its row: a warp that is
+reducing, storing, or waiting at its block's end for its slowest warp has nothing in flight,
+and its block's successor (two waves of blocks) issues nothing until it is launched.
+Here the grid is one wave (SMS x 1024 threads; the launch bounds hold the registers to 64 so
+all of it is resident), sized so that at 8x1024 each of its 4096 warps has exactly two rows:
+each warp issues both rows' loads first thing (96 KB an SM, version 6's margin), so all of the
+input is requested at the start, and no warp ever waits for a third row or a block turnover.
+When there are more rows (larger B), each warp refills the registers of the row it has just
+written with its row two ahead, so one row stays in flight while the other is reduced (two warp
+reductions) and written: the pipeline never drains. The two buffers take turns (the loop is
+unrolled twice), since a register copy of a row still in flight would wait for it. The
+arithmetic is version 9's: fp32 sums, the exact two-pass variance, one rounding per output.
+Registers decided the representation: two rows as Pack8 (16-bit halves) or as widened floats
+do not fit in 64 registers beside each other; as 32-bit words (12 registers a row at C = 768),
+widened where they are used (a shift or a mask per value), they do, without spills. Wider rows
+keep the scheme at lower occupancy: C <= 1024 at 768 threads an SM (80 registers), C <= 2048 at
+512 (128 registers).
+Prediction: ~16.4 us at 8x1024x768, the copy's time within noise, from 17.2.
 """
-# Pack8 rows need C % 8 == 0 (16-byte aligned rows: true for cudaMalloc'd buffers when
+# Rows of packs need C % 8 == 0 (16-byte aligned rows: true for cudaMalloc'd buffers when
 # C % 8 == 0); the registers hold at most 2048 values per row.
 preconditions = ["C % 8 == 0", "C <= 2048"]
-block_sizes = [32, 64, 128, 256, 512]
+# At most 256: the launch bounds (256 threads; 4, 3 or 2 blocks) cap the registers at 64, 80
+# and 128, and a grid of whole blocks fills the 1024, 768 or 512 threads an SM they allow.
+block_sizes = [64, 128, 256]
 
 [[launch]]
-kernel = "layernorm_forward9_c1024"
-when = "C <= 1024"
-grid = "cdiv(N * 32, block_size)"
+kernel = "layernorm_forward10_c768"
+when = "C <= 768"
+grid = "min(cdiv(N, 2 * (block_size // 32)), SMS * (1024 // block_size))"
 block = "block_size"
 shared = "4 * C"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
 
 [[launch]]
-kernel = "layernorm_forward9_c2048"
+kernel = "layernorm_forward10_c1024"
+when = "C > 768 and C <= 1024"
+grid = "min(cdiv(N, 2 * (block_size // 32)), SMS * (768 // block_size))"
+block = "block_size"
+shared = "4 * C"
+args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
+
+[[launch]]
+kernel = "layernorm_forward10_c2048"
 when = "C > 1024"
-grid = "cdiv(N * 32, block_size)"
+grid = "min(cdiv(N, 2 * (block_size // 32)), SMS * (512 // block_size))"
 block = "block_size"
 shared = "4 * C"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
 */
-// ---- begin layernorm_bf16.cuh ----
-// layernorm_bf16.cuh: what the bf16 versions of the layernorm group (layernorm_forward,
-// layernorm_backward, fused_residual_forward) share: widening a Pack8 to eight floats and
-// rounding eight floats back, the statistics of a row a warp holds in registers, the normalization
-// of one pack, and layernorm_backward's deterministic reduce of per-block fp32 partials.
-//
-// Shared because the fast bf16 versions of all three families hold a row the same way (each lane
-// owns the packs k*32 + lane of its warp's row) and normalize it the same way; the reduce is the
-// second kernel of every bf16 layernorm_backward version.
-//
-// unpack8(p, f) / pack8(f)
-//   Eight bf16 widened exactly to float / eight floats rounded once to bf16 (nearest even, two
-//   per conversion instruction on sm_80+).
-//
-// warp_row_stats<VEC>(v, C8, C, eps) -> (mean, rstd)
-//   v[k][0..8) holds the lane's pack k*32 + lane of a row of C = 8 * C8 values, widened; slots
-//   past the row (k*32 + lane >= C8) must hold zeros. mean, then the exact two-pass biased
-//   variance from the registers, rstd = 1/sqrt(var + eps). Every lane gets both. All 32 lanes of
-//   the warp must call (warp_sum).
-//
-// normalize8(x, mean, rstd, w, b) -> Pack8
-//   (x - mean) * rstd * w + b in float for eight values, rounded once.
-//
-// stage_weight_bias(wb, weight, bias, C8)
-//   The block copies weight's and bias's C8 packs into shared memory, wb[0, C8) and
-//   wb[C8, 2*C8) (4*C bytes), then waits at a barrier: every thread of the block must call.
-//
-// layernorm_backward_reduce_partials(dweight, dbias, partial, G, C)
-//   partial holds G rows of 2*C floats ([0, C) a block's dbias, [C, 2C) its dweight). Adds the
-//   column sums into the bf16 dbias and dweight, in float, rounding once. Launch with
-//   blockDim = (32, y), y <= 32 (32 columns a block, y partial rows in flight per column),
-//   gridDim.x = cdiv(C, 32). The order of the additions depends only on G and blockDim: the
-//   result is bitwise reproducible.
-
-#ifndef KERNELS_COMMON_LAYERNORM_BF16_CUH
-#define KERNELS_COMMON_LAYERNORM_BF16_CUH
-// ---- begin bf16.cuh ----
-// bf16.cuh: bfloat16 storage for the bf16 versions: the type, 128-bit packs of eight, and
-// conversions, so every bf16 kernel moves memory the same way.
-//
-// Shared because each bf16 version of a memory-bound family reads and writes 16 bytes per thread
-// per access (eight bf16 values), converts to float for its arithmetic and back to bf16 to store.
-//
-// bf16 (= __nv_bfloat16): 1 sign, 8 exponent, 7 mantissa bits; float's range, ~3 significant
-//   digits. Arithmetic is done in float; only storage is bf16.
-// Pack8: eight bf16 in 16 bytes, aligned to 16. load8/store8 are plain 128-bit accesses;
-//   load8_stream/store8_stream use the streaming cache hints (__ldcs/__stcs: data touched once,
-//   evict first) for inputs and outputs no later kernel of the same launch reads again.
-//   The pointer must be 16-byte aligned: an index that is a multiple of 8 elements from a
-//   cudaMalloc'd base.
-// to_float / to_bf16: the conversions, round to nearest even.
-
-#ifndef KERNELS_COMMON_BF16_CUH
-#define KERNELS_COMMON_BF16_CUH
-
-#include <cuda_bf16.h>
-
-typedef __nv_bfloat16 bf16;
-
-struct alignas(16) Pack8 {
-    bf16 v[8];
-};
-
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
-
-__device__ __forceinline__ Pack8 load8(const bf16* p) {
-    Pack8 out;
-    *reinterpret_cast<int4*>(&out) = *reinterpret_cast<const int4*>(p);
-    return out;
-}
-
-__device__ __forceinline__ void store8(bf16* p, const Pack8& x) {
-    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
-}
-
-__device__ __forceinline__ Pack8 load8_stream(const bf16* p) {
-    Pack8 out;
-    *reinterpret_cast<int4*>(&out) = __ldcs(reinterpret_cast<const int4*>(p));
-    return out;
-}
-
-__device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
-    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&x));
-}
-
-#endif  // KERNELS_COMMON_BF16_CUH
-
-// ---- end bf16.cuh ----
 // ---- begin reduce.cuh ----
 // reduce.cuh: warp and block reductions of floats (sum and max).
 //
@@ -192,38 +124,161 @@ __device__ __forceinline__ float block_max(float v) { return block_reduce(v, tru
 
 #endif  // KERNELS_COMMON_REDUCE_CUH
 
-// ---- end reduce.cuh ----
+// ---- end reduce.cuh ----      // warp_sum: every lane gets the warp's total
+// ---- begin stream_vec.cuh ----
+// stream_vec.cuh: eight bf16 held as four raw 32-bit words in registers, for the memory-bound
+// bf16 versions that keep many 16-byte loads in flight per lane (encoder_forward 7,
+// layernorm_forward 10, fused_residual_forward 6).
+//
+// Shared because those versions issue 6 to 12 loads of 16 bytes per lane before the first use,
+// and how a pack sits in registers decides whether that fits. bf16.cuh's Pack8 is an array of
+// eight 16-bit values: ptxas splits each loaded pack into 16-bit halves, and at 12 packs in
+// flight per lane that took encoder_forward 7 from ~60 registers to 108 (spilling under its
+// 64-register bound). A Word8 is the same 16 bytes as one int4, four 32-bit words; widening and
+// rounding are a few integer operations on the words.
+//
+// Word8 (= int4): eight bf16, element 2j in the low half of word j, 2j+1 in the high half (the
+//   memory order, little-endian). The same bytes as a Pack8.
+// ld_word8(p), ld_word8_stream(p), st_word8_stream(p, w): one 16-byte access, plain (__ldg) or
+//   streaming (__ldcs/__stcs: data touched once, evict first). p must be 16-byte aligned: an
+//   element index that is a multiple of 8 from a cudaMalloc'd base.
+// widen8(w, f): the eight values as floats, exactly (a bf16 is the top half of a float).
+// round8(f) -> Word8: eight floats rounded once to bf16, nearest even (two per conversion
+//   instruction on sm_80+; NaN stays NaN).
 
-__device__ __forceinline__ void unpack8(const Pack8& p, float (&f)[8]) {
-#pragma unroll
-    for (int j = 0; j < 8; j++) f[j] = to_float(p.v[j]);
+#ifndef KERNELS_COMMON_STREAM_VEC_CUH
+#define KERNELS_COMMON_STREAM_VEC_CUH
+// ---- begin bf16.cuh ----
+// bf16.cuh: bfloat16 storage for the bf16 versions: the type, 128-bit packs of eight, and
+// conversions, so every bf16 kernel moves memory the same way.
+//
+// Shared because each bf16 version of a memory-bound family reads and writes 16 bytes per thread
+// per access (eight bf16 values), converts to float for its arithmetic and back to bf16 to store.
+//
+// bf16 (= __nv_bfloat16): 1 sign, 8 exponent, 7 mantissa bits; float's range, ~3 significant
+//   digits. Arithmetic is done in float; only storage is bf16.
+// Pack8: eight bf16 in 16 bytes, aligned to 16. load8/store8 are plain 128-bit accesses;
+//   load8_stream/store8_stream use the streaming cache hints (__ldcs/__stcs: data touched once,
+//   evict first) for inputs and outputs no later kernel of the same launch reads again.
+//   The pointer must be 16-byte aligned: an index that is a multiple of 8 elements from a
+//   cudaMalloc'd base.
+// to_float / to_bf16: the conversions, round to nearest even.
+
+#ifndef KERNELS_COMMON_BF16_CUH
+#define KERNELS_COMMON_BF16_CUH
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+
+struct alignas(16) Pack8 {
+    bf16 v[8];
+};
+
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ Pack8 load8(const bf16* p) {
+    Pack8 out;
+    *reinterpret_cast<int4*>(&out) = *reinterpret_cast<const int4*>(p);
+    return out;
 }
 
-__device__ __forceinline__ Pack8 pack8(const float (&f)[8]) {
-    Pack8 p;
-    __nv_bfloat162* two = reinterpret_cast<__nv_bfloat162*>(p.v);
-#pragma unroll
-    for (int j = 0; j < 4; j++) two[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
-    return p;
+__device__ __forceinline__ void store8(bf16* p, const Pack8& x) {
+    *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
 }
 
+__device__ __forceinline__ Pack8 load8_stream(const bf16* p) {
+    Pack8 out;
+    *reinterpret_cast<int4*>(&out) = __ldcs(reinterpret_cast<const int4*>(p));
+    return out;
+}
+
+__device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
+    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&x));
+}
+
+#endif  // KERNELS_COMMON_BF16_CUH
+
+// ---- end bf16.cuh ----
+
+typedef int4 Word8;
+
+__device__ __forceinline__ Word8 ld_word8(const bf16* p) { return __ldg(reinterpret_cast<const int4*>(p)); }
+__device__ __forceinline__ Word8 ld_word8_stream(const bf16* p) { return __ldcs(reinterpret_cast<const int4*>(p)); }
+__device__ __forceinline__ void st_word8_stream(bf16* p, Word8 w) { __stcs(reinterpret_cast<int4*>(p), w); }
+
+__device__ __forceinline__ void widen2(int word, float& lo, float& hi) {
+    lo = __uint_as_float(unsigned(word) << 16);
+    hi = __uint_as_float(unsigned(word) & 0xffff0000u);
+}
+
+__device__ __forceinline__ void widen8(Word8 w, float (&f)[8]) {
+    widen2(w.x, f[0], f[1]);
+    widen2(w.y, f[2], f[3]);
+    widen2(w.z, f[4], f[5]);
+    widen2(w.w, f[6], f[7]);
+}
+
+__device__ __forceinline__ int round2(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+    int word;
+    memcpy(&word, &h, 4);
+    return word;
+}
+
+__device__ __forceinline__ Word8 round8(const float (&f)[8]) {
+    Word8 w;
+    w.x = round2(f[0], f[1]);
+    w.y = round2(f[2], f[3]);
+    w.z = round2(f[4], f[5]);
+    w.w = round2(f[6], f[7]);
+    return w;
+}
+
+#endif  // KERNELS_COMMON_STREAM_VEC_CUH
+
+// ---- end stream_vec.cuh ----  // Word8 (eight bf16 as an int4), ld/st_word8*, widen8, round8
+
+// Issue the loads of `row` (nothing when row >= N) into p: pack k * 32 + lane of the row, zeros
+// past its end.
 template <int VEC>
-__device__ __forceinline__ float2 warp_row_stats(const float (&v)[VEC][8], int C8, int C, float eps) {
-    int lane = threadIdx.x % 32;
+__device__ __forceinline__ void issue_row(Word8 (&p)[VEC], const bf16* inp, int row, int N, int C) {
+    const Word8 zero = {0, 0, 0, 0};
+    int C8 = C / 8, lane = threadIdx.x % 32;
+    bool live = row < N;  // the same for the whole warp
+    const bf16* x = inp + (size_t)(live ? row : 0) * C;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        int i = k * 32 + lane;
+        p[k] = live && i < C8 ? ld_word8_stream(x + 8 * i) : zero;
+    }
+}
+
+// The mean and rstd of a row held as words (pack k * 32 + lane, zeros past the row), widened as
+// they are read: the exact two-pass variance in fp32, as layernorm_bf16.cuh's warp_row_stats
+// computes it from floats.
+template <int VEC>
+__device__ __forceinline__ float2 row_stats(const Word8 (&p)[VEC], int C, float eps) {
+    int C8 = C / 8, lane = threadIdx.x % 32;
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < VEC; k++) {
+        float x[8];
+        widen8(p[k], x);
 #pragma unroll
-        for (int j = 0; j < 8; j++) sum += v[k][j];  // padding slots hold zeros
+        for (int j = 0; j < 8; j++) sum += x[j];  // padding packs hold zeros
     }
     float m = warp_sum(sum) / C;
     float sq = 0.0f;
 #pragma unroll
     for (int k = 0; k < VEC; k++) {
         if (k * 32 + lane < C8) {
+            float x[8];
+            widen8(p[k], x);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                float d = v[k][j] - m;
+                float d = x[j] - m;
                 sq += d * d;
             }
         }
@@ -231,80 +286,16 @@ __device__ __forceinline__ float2 warp_row_stats(const float (&v)[VEC][8], int C
     return make_float2(m, rsqrtf(warp_sum(sq) / C + eps));
 }
 
-__device__ __forceinline__ Pack8 normalize8(const float (&x)[8], float m, float s, const Pack8& w,
-                                            const Pack8& b) {
-    float r[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) r[j] = (x[j] - m) * s * to_float(w.v[j]) + to_float(b.v[j]);
-    return pack8(r);
-}
-
-__device__ __forceinline__ void stage_weight_bias(Pack8* wb, const bf16* weight, const bf16* bias, int C8) {
-    for (int i = threadIdx.x; i < C8; i += blockDim.x) {
-        wb[i] = load8(weight + 8 * i);
-        wb[C8 + i] = load8(bias + 8 * i);
-    }
-    __syncthreads();
-}
-
-// Column c = blockIdx.x * 32 + threadIdx.x. Thread (x, y) sums partial rows y, y + blockDim.y,
-// ...; then row 0 of the block adds the blockDim.y sums in y order and the result into the bf16
-// gradient: a fixed order, no atomics, one rounding.
-__device__ __forceinline__ void layernorm_backward_reduce_partials(bf16* dweight, bf16* dbias,
-                                                                   const float* partial, int G, int C) {
-    __shared__ float sums[2][32][32];  // blockDim.y <= 32
-    int x = threadIdx.x, y = threadIdx.y;
-    int c = blockIdx.x * 32 + x;
-    float db = 0.0f, dw = 0.0f;
-    if (c < C) {
-#pragma unroll 4
-        for (int g = y; g < G; g += blockDim.y) {  // unrolled: four independent loads in flight
-            db += partial[(size_t)g * 2 * C + c];
-            dw += partial[(size_t)g * 2 * C + C + c];
-        }
-    }
-    sums[0][y][x] = db;
-    sums[1][y][x] = dw;
-    __syncthreads();
-    if (y == 0 && c < C) {
-        for (int k = 1; k < blockDim.y; k++) {
-            db += sums[0][k][x];
-            dw += sums[1][k][x];
-        }
-        dbias[c] = to_bf16(to_float(dbias[c]) + db);
-        dweight[c] = to_bf16(to_float(dweight[c]) + dw);
-    }
-}
-
-#endif  // KERNELS_COMMON_LAYERNORM_BF16_CUH
-
-// ---- end layernorm_bf16.cuh ----  // Pack8 loads, unpack8, warp_row_stats, normalize8, stage_weight_bias
-
-// VEC: packs per lane, so rows up to 256 * VEC values fit in registers.
+// Normalize `row`, held in p (its loads issued earlier), then refill p with the loads of row
+// `refill`. The row stays as words, widened where it is used (a shift or a mask per value): held
+// as floats it would take twice the registers, and two rows beside each other would not fit in
+// 64.
 template <int VEC>
-__device__ void layernorm_rows_bf16(bf16* out, float* mean, float* rstd, const bf16* inp,
-                                    const bf16* weight, const bf16* bias, int N, int C, float eps) {
-    extern __shared__ Pack8 wb[];  // C/8 packs of weight, then C/8 of bias
-    int C8 = C / 8;
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    bool live = row < N;  // the same for the whole warp
-    const bf16* x = inp + (size_t)row * C;
-
-    const Pack8 zero = {};
-    Pack8 p[VEC];
-#pragma unroll
-    for (int k = 0; k < VEC; k++) {  // every load of the row is issued first, in flight while
-        int i = k * 32 + lane;       // the block stages the weights and waits at the barrier
-        p[k] = live && i < C8 ? load8_stream(x + 8 * i) : zero;
-    }
-    stage_weight_bias(wb, weight, bias, C8);
-    if (!live) return;  // after the barrier: every thread helped stage the weights
-
-    float v[VEC][8];
-#pragma unroll
-    for (int k = 0; k < VEC; k++) unpack8(p[k], v[k]);
-    float2 stats = warp_row_stats<VEC>(v, C8, C, eps);
+__device__ __forceinline__ void finish_row(Word8 (&p)[VEC], int row, int refill, bf16* out, float* mean,
+                                           float* rstd, const bf16* inp, const int4* wb, int N, int C,
+                                           float eps) {
+    int C8 = C / 8, lane = threadIdx.x % 32;
+    float2 stats = row_stats<VEC>(p, C, eps);
     if (lane == 0) {
         __stcs(mean + row, stats.x);
         __stcs(rstd + row, stats.y);
@@ -313,18 +304,62 @@ __device__ void layernorm_rows_bf16(bf16* out, float* mean, float* rstd, const b
 #pragma unroll
     for (int k = 0; k < VEC; k++) {
         int i = k * 32 + lane;
-        if (i < C8) store8_stream(o + 8 * i, normalize8(v[k], stats.x, stats.y, wb[i], wb[C8 + i]));
+        if (i < C8) {
+            float x[8], w[8], b[8], r[8];
+            widen8(p[k], x);
+            widen8(wb[i], w);
+            widen8(wb[C8 + i], b);
+#pragma unroll
+            for (int j = 0; j < 8; j++) r[j] = (x[j] - stats.x) * stats.y * w[j] + b[j];
+            st_word8_stream(o + 8 * i, round8(r));
+        }
+    }
+    issue_row(p, inp, refill, N, C);
+}
+
+// VEC: packs per lane (rows up to 256 * VEC values). Each warp holds two rows in registers: one
+// is normalized while the other is in flight. The two buffers take turns (the loop is unrolled
+// twice), so no register copy ever waits on a load still in flight.
+template <int VEC>
+__device__ __forceinline__ void layernorm_rows(bf16* out, float* mean, float* rstd, const bf16* inp,
+                                               const bf16* weight, const bf16* bias, int N, int C,
+                                               float eps) {
+    extern __shared__ int4 wb[];  // C/8 words of weight, then C/8 of bias
+    int C8 = C / 8;
+    int warps = gridDim.x * (blockDim.x / 32);
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // the same for the whole warp
+    Word8 pa[VEC], pb[VEC];
+    issue_row(pa, inp, row, N, C);  // the first two rows fly while the block stages the weights
+    issue_row(pb, inp, row + warps, N, C);
+    for (int i = threadIdx.x; i < C8; i += blockDim.x) {
+        wb[i] = ld_word8(weight + 8 * i);
+        wb[C8 + i] = ld_word8(bias + 8 * i);
+    }
+    __syncthreads();  // every thread, before any leaves: the loop below has no barrier
+    for (; row < N; row += 2 * warps) {
+        finish_row(pa, row, row + 2 * warps, out, mean, rstd, inp, wb, N, C, eps);
+        if (row + warps >= N) break;
+        finish_row(pb, row + warps, row + 3 * warps, out, mean, rstd, inp, wb, N, C, eps);
     }
 }
 
-extern "C" __global__ void layernorm_forward9_c1024(bf16* out, float* mean, float* rstd,
-                                                    const bf16* inp, const bf16* weight,
-                                                    const bf16* bias, int N, int C, float eps) {
-    layernorm_rows_bf16<4>(out, mean, rstd, inp, weight, bias, N, C, eps);
+// The grids assume 1024 (c768), 768 (c1024) and 512 (c2048) resident threads an SM: the launch
+// bounds hold the registers to 64, 80 and 128 so that they are (a block that is not resident
+// would run as a second, mostly empty wave).
+extern "C" __global__ void __launch_bounds__(256, 4)
+layernorm_forward10_c768(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                         const bf16* bias, int N, int C, float eps) {
+    layernorm_rows<3>(out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
-extern "C" __global__ void layernorm_forward9_c2048(bf16* out, float* mean, float* rstd,
-                                                    const bf16* inp, const bf16* weight,
-                                                    const bf16* bias, int N, int C, float eps) {
-    layernorm_rows_bf16<8>(out, mean, rstd, inp, weight, bias, N, C, eps);
+extern "C" __global__ void __launch_bounds__(256, 3)
+layernorm_forward10_c1024(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                          const bf16* bias, int N, int C, float eps) {
+    layernorm_rows<4>(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2)
+layernorm_forward10_c2048(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                          const bf16* bias, int N, int C, float eps) {
+    layernorm_rows<8>(out, mean, rstd, inp, weight, bias, N, C, eps);
 }
