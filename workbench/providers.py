@@ -344,17 +344,30 @@ class Checker:
         return ok
 
 
+_SHARED: dict[str, Any] = {}
+
+
+def shared_tools() -> tuple[Any, Any]:
+    """This process's DeviceComparer and L2Flush, made once (their modules loaded, the flush's
+    buffer allocated): a worker started ahead makes them while another works (worker.serve)."""
+    if not _SHARED:
+        from .check import DeviceComparer
+        from .timing import L2Flush
+        _SHARED["comparer"], _SHARED["flush"] = DeviceComparer(), L2Flush()
+    return _SHARED["comparer"], _SHARED["flush"]
+
+
 def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: Callable[[Case], dict],
             options: dict, report: Callable[[str], None], row: Row) -> Row:
     """Check, time, re-check one provider; fills `row` as it goes (the worker flushes it to disk
     at every phase, so a crash or a timeout still says how far it got)."""
     import pycuda.driver as drv
-    from .check import DeviceComparer
     from .launch import LaunchConfigError
-    from .timing import L2Flush, measure
+    from .timing import measure
 
     stream = drv.Stream()
-    checker = Checker(provider, row, DeviceComparer())
+    comparer, l2flush = shared_tools()
+    checker = Checker(provider, row, comparer)
     configs = provider.configs()
     failed = False
     report("check")
@@ -403,7 +416,7 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
             row.status, row.reason = "refused", f"requires {' and '.join(provider.unmet(timed.sizes))}"
             return row
         if timing:
-            flush = L2Flush() if options.get("flush", True) else None
+            flush = l2flush if options.get("flush", True) else None
             bufs = kept = kept or CaseBuffers(provider.args(), shapes_of(timed), timed)
             budget = float(options.get("budget", 0.4))
             screen = options.get("screen", True) and len(usable) > FINALISTS

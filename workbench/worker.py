@@ -269,7 +269,11 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
     import importlib
     try:
         init_cuda()
-        from . import providers  # noqa: F401  (with pycuda.compiler, numpy...: the slow imports)
+        # the slow imports (pycuda.compiler with pytools, the workbench's own modules) and the
+        # harness kernels every job uses, while this child waits for its job
+        import pycuda.compiler  # noqa: F401
+        from . import check, compile, launch, library_calls, providers, staging, timing  # noqa: F401
+        providers.shared_tools()
     except Exception:
         pass  # reported by the first job, in its result
     for name in preload:
