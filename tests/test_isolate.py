@@ -20,7 +20,15 @@ def test_each_job_gets_a_fresh_child_and_two_wait_started_ahead():
         assert server.run({"job": "probe", "root": "."}, timeout=120)["pid"] in waiting
     finally:
         server.close()
-    assert server._ahead == [] and server.proc is None
+    assert server._ahead == [] and server.proc is None and server._exiting == []
+
+
+def test_started_ahead_means_before_the_first_job():
+    server = Server(jobs_per_child=1, standby=2).start()
+    try:
+        assert server.proc is not None and len(server._ahead) == 2
+    finally:
+        server.close()
 
 
 def test_a_long_lived_child_answers_every_job_itself():

@@ -308,10 +308,8 @@ class Session:
             req["staged"] = staged
         self._compiled(version)
         self.progress(f"{version.label}: compile, check, time")
-        if self._versions is None:
-            self._versions = Server(jobs_per_child=1, standby=STANDBY)
         t0 = time.perf_counter()
-        res = self._versions.run(req, self.options.timeout)
+        res = self._version_server().run(req, self.options.timeout)
         rows = rows_from(res, req, family.name)
         self._spent("versions", t0, rows)
         if staged and not str(res.get("staging", "")).startswith("used"):  # it uploaded its own
@@ -357,6 +355,12 @@ class Session:
         by_kind = {r.kind: r for r in rows}
         return by_kind.get("torch", torch_row), by_kind.get("copy")
 
+    def _version_server(self) -> Server:
+        """Children for the versions, a fresh one per version, STANDBY of them started ahead."""
+        if self._versions is None:
+            self._versions = Server(jobs_per_child=1, standby=STANDBY).start()
+        return self._versions
+
     def _baseline_server(self) -> Server:
         """The baselines' long-lived child, started on first use; torch is imported as it starts
         (when the session times against torch), so that cost overlaps the caller's next work."""
@@ -399,6 +403,7 @@ class Session:
         if self.options.stage:
             self._stage_server()
         self.prepare_cases(groups)
+        self._version_server()  # the first versions' children start now, not when they are needed
         run = self.new_run()
         if earlier is not None:
             if earlier.device.get("name") != run.device.get("name"):
