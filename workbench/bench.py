@@ -15,8 +15,8 @@ report.py. The order of work in a bench, and why:
   (PyTorch and a same-size copy) in one long-lived child (torch loads once); the family's
   results, baselines included, go to the JSON file at once, so a stopped bench keeps all it
   measured and `--resume` skips the families already there;
-* timing: every block size briefly, then the front-runners (within 10% of the best, two at
-  most) with the full budget (providers.py).
+* timing: every block size briefly, then the front-runners (within 5% of the best, two at
+  most) with the rest of the budget, going on from their screening samples (providers.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Options:
     seeds: int = 3
     test_sizes: bool = True             # also check at the family's (odd) test sizes
     timeout: float = DEFAULT_TIMEOUT
-    budget: float = 0.4                 # seconds of timing per block size (front-runners)
+    budget: float = 0.3                 # seconds of timing per block size (front-runners)
     torch: bool = True
     flush: bool = True
     time: bool = True                   # False: check only

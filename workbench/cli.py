@@ -165,7 +165,7 @@ def common_options(f):
                      help="How many seeds each size set is checked at."),
         click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=click.FloatRange(min=1),
                      help="Seconds a version may take (compile + check + time) before it is killed."),
-        click.option("--budget", default=0.4, show_default=True, type=click.FloatRange(min=0.01),
+        click.option("--budget", default=0.3, show_default=True, type=click.FloatRange(min=0.01),
                      help="Seconds of timing per block size (the front-runners; the others get a quarter)."),
         click.option("--no-torch", is_flag=True, help="Skip the PyTorch baseline."),
         click.option("--no-flush", is_flag=True, help="Do not flush L2 before timed launches (for comparison)."),
@@ -176,7 +176,7 @@ def common_options(f):
     return f
 
 
-def _options(sizes=None, block_sizes=(), seed=0, seeds=3, timeout=DEFAULT_TIMEOUT, budget=0.4,
+def _options(sizes=None, block_sizes=(), seed=0, seeds=3, timeout=DEFAULT_TIMEOUT, budget=0.3,
              no_torch=False, no_flush=False, no_test_sizes=False):
     from .bench import Options
     return Options(sizes=sizes, block_sizes=list(block_sizes) or None, seed=seed, seeds=seeds, timeout=timeout,

@@ -72,7 +72,6 @@ class Server:
         self.jobs_per_child, self.standby, self.preload = jobs_per_child, int(standby), tuple(preload)
         self.proc: subprocess.Popen | None = None
         self._ahead: list[subprocess.Popen] = []   # started, not yet given a job (jobs_per_child == 1)
-        self._exiting: list[subprocess.Popen] = []  # done with their one job, let exit in the background
         self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
         self._n = 0
 
@@ -105,11 +104,6 @@ class Server:
             self._ahead.append(self._spawn())
         return self
 
-    def _reap(self) -> None:
-        """Forget the children that have finished exiting."""
-        for proc in [p for p in self._exiting if p.poll() is not None]:
-            proc.err_file.close()
-            self._exiting.remove(proc)
 
     def _child(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
@@ -118,7 +112,6 @@ class Server:
         return self.proc
 
     def run(self, job: dict, timeout: float = DEFAULT_TIMEOUT) -> dict:
-        self._reap()
         self._n += 1
         folder = Path(self._tmp.name) / str(self._n)
         folder.mkdir()
@@ -153,15 +146,10 @@ class Server:
                 # the answer is a line "done"; anything else a library printed is not
                 answered = b"\ndone\n" in b"\n" + seen
         stderr = ""
-        result = _read(out)
-        if answered and self.jobs_per_child == 1 and result.get("status") == "passed":
-            # done with its one job, and well: it exits on its own (tearing down a CUDA context
-            # takes a while) while the next job starts; nothing it printed is needed
-            proc.stdin.close()
-            self._exiting.append(proc)
-            if proc is self.proc:
-                self.proc = None
-        elif not answered or self.jobs_per_child == 1:  # hung, died, or done with its one job
+        # A child done with its one job is waited for: letting it tear its CUDA context down while
+        # the next version works made the checks and baselines slower on the H100 (+21 s in a
+        # bench --all) than the wait costs (~0.1 s a version).
+        if not answered or self.jobs_per_child == 1:  # hung, died, or done with its one job
             if timed_out:
                 os.killpg(proc.pid, signal.SIGKILL)
             if answered:
@@ -172,10 +160,10 @@ class Server:
                 self.proc = None
         elif proc.poll() is not None:  # answered, then exited (it does after a crashed context)
             self.proc = None
-        return _finish(result, timed_out, timeout, proc.returncode if not answered else 0, stderr)
+        return _finish(_read(out), timed_out, timeout, proc.returncode if not answered else 0, stderr)
 
     def close(self) -> None:
-        for proc in [self.proc, *self._ahead, *self._exiting]:
+        for proc in [self.proc, *self._ahead]:
             if proc is not None and proc.poll() is None:
                 if not proc.stdin.closed:
                     proc.stdin.close()
@@ -184,7 +172,7 @@ class Server:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
         self.proc = None
-        self._ahead, self._exiting = [], []
+        self._ahead = []
         self._tmp.cleanup()
 
 

@@ -32,7 +32,7 @@ ITEMSIZE = {name: np.dtype(dt).itemsize for name, dt in DTYPES.items()}
 # Timing: every configuration gets a short look, the ones near the best the full budget.
 SCREEN_FRACTION = 0.25
 FINALISTS = 2        # at most this many configurations get the full budget:
-NEAR = 1.10          # those within 10% of the best screened time
+NEAR = 1.05          # those within 5% of the best screened time (a screening's spread is ~3%)
 Launch = Callable[[Any], None]
 
 
@@ -418,7 +418,7 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
         if timing:
             flush = l2flush if options.get("flush", True) else None
             bufs = kept = kept or CaseBuffers(provider.args(), shapes_of(timed), timed)
-            budget = float(options.get("budget", 0.4))
+            budget = float(options.get("budget", 0.3))
             screen = options.get("screen", True) and len(usable) > FINALISTS
             raw, carried = {}, {}
             for config in usable:
