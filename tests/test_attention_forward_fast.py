@@ -18,6 +18,7 @@ without a GPU.
   after the first tile).
 """
 
+import functools
 import shutil
 import sys
 from pathlib import Path
@@ -103,22 +104,19 @@ def test_every_element_on_the_emulator(sizes):
             assert r.ok, f"seed {seed} {mode}/{sched}: {r.name}: {r.bad} of {r.total} wrong, e.g. {first}"
 
 
-def with_define(monkeypatch, define):
+def with_define(define):
     """runner.emulate with the driver defining `define` before it includes the version."""
-    driver = runner._driver_source
-    monkeypatch.setattr(runner, "_driver_source", lambda version, arities: driver(version, arities).replace(
-        '#include "emu.h"\n', f'#include "emu.h"\n#define {define}\n', 1))
-    return runner.emulate
+    return functools.partial(runner.emulate, extra_source=f"#define {define}")
 
 
 @pytest.fixture
-def slack_zero(monkeypatch):
-    return with_define(monkeypatch, "RESCALE_SLACK 0.0f")
+def slack_zero():
+    return with_define("RESCALE_SLACK 0.0f")
 
 
 @pytest.fixture
-def no_lag(monkeypatch):
-    return with_define(monkeypatch, "PV_LAG 0")
+def no_lag():
+    return with_define("PV_LAG 0")
 
 
 @needs_gxx

@@ -18,7 +18,6 @@ them with emu.h's warp collectives, and those the headers lack are added to the 
 driver for these tests only.
 """
 
-import contextlib
 import re
 import shutil
 import sys
@@ -85,33 +84,10 @@ def missing_warp_votes() -> str:
     return "\n".join(code for pattern, code in WARP_VOTES.values() if not re.search(pattern, headers))
 
 
-@contextlib.contextmanager
-def _warp_votes_and_outputs(outputs: dict):
-    """The emulator's driver with WARP_VOTES, and each compared output recorded by name."""
-    driver, compare = runner._driver_source, runner.compare
-
-    def driver_with_votes(version, arities):
-        src = driver(version, arities)
-        anchor = '#include "emu_mma.h"\n'
-        assert anchor in src
-        return src.replace(anchor, anchor + missing_warp_votes() + "\n", 1)
-
-    def recording_compare(arg, expected, got, *rest, **kw):
-        outputs[arg.name] = np.array(got, copy=True)
-        return compare(arg, expected, got, *rest, **kw)
-
-    runner._driver_source, runner.compare = driver_with_votes, recording_compare
-    try:
-        yield
-    finally:
-        runner._driver_source, runner.compare = driver, compare
-
-
 def emulate(version, sizes, **kw):
     """(reports, outputs): the emulator's per-output reports and the outputs' values."""
     outputs = {}
-    with _warp_votes_and_outputs(outputs):
-        reports = runner.emulate(version, sizes, **kw)
+    reports = runner.emulate(version, sizes, outputs=outputs, extra_source=missing_warp_votes(), **kw)
     return reports, outputs
 
 

@@ -18,7 +18,6 @@ warp collectives, and those the headers lack are added to the emulator's driver 
 a check of every L2 prefetch range version 8 asks for (CHECK_PREFETCH).
 """
 
-import contextlib
 import re
 import shutil
 import sys
@@ -91,33 +90,10 @@ def missing_extras() -> str:
     return "\n".join(extras + [CHECK_PREFETCH])
 
 
-@contextlib.contextmanager
-def _extras_and_outputs(outputs: dict):
-    """The emulator's driver with EXTRAS, and each compared output recorded by name."""
-    driver, compare = runner._driver_source, runner.compare
-
-    def driver_with_extras(version, arities):
-        src = driver(version, arities)
-        anchor = '#include "emu_mma.h"\n'
-        assert anchor in src
-        return src.replace(anchor, anchor + missing_extras() + "\n", 1)
-
-    def recording_compare(arg, expected, got, *rest, **kw):
-        outputs[arg.name] = np.array(got, copy=True)
-        return compare(arg, expected, got, *rest, **kw)
-
-    runner._driver_source, runner.compare = driver_with_extras, recording_compare
-    try:
-        yield
-    finally:
-        runner._driver_source, runner.compare = driver, compare
-
-
 def emulate(version, sizes, **kw):
     """(reports, outputs): the emulator's per-output reports and the outputs' values."""
     outputs = {}
-    with _extras_and_outputs(outputs):
-        reports = runner.emulate(version, sizes, **kw)
+    reports = runner.emulate(version, sizes, outputs=outputs, extra_source=missing_extras(), **kw)
     return reports, outputs
 
 

@@ -18,12 +18,20 @@ VERSIONS = [(fam.name, v.number) for fam in PROJECT.families() for v in fam.vers
 @pytest.fixture(scope="module")
 def check_session():
     with Session(PROJECT, Options(time=False, seeds=3, timeout=300)) as s:
+        # as bench does: every family's references and every version's compile in the background,
+        # in the order the tests ask for them (one at a time, the suite outlasted 10 minutes)
+        s.prepare_cases([(fam, p) for fam in PROJECT.families() for p in fam.precision_names()
+                         if any(v.precision == p for v in fam.versions)])
+        s.start_compiles([v for fam in PROJECT.families() for v in fam.versions])
         yield s
 
 
 @pytest.mark.parametrize("family, number", VERSIONS, ids=[f"{f}-{n}" for f, n in VERSIONS])
 def test_every_version_passes_at_default_and_test_sizes(check_session, family, number):
     v = PROJECT.family(family).version(number)
+    done = [f for f in {c[0] for c in check_session._cases} if f != family]
+    for name in done:  # the tests go family by family: a finished family's cases leave the disk
+        check_session.drop_cases(PROJECT.family(name))
     row = check_session.run_version(v)
     assert row.status == "passed", f"{v.label}: {row.status}: {row.reason} {row.failures[:1]}"
     assert len(row.check.sizes) >= 2, "checked at the default and at least one test size"
@@ -76,7 +84,10 @@ def test_a_faulty_version_is_reported_and_the_bench_goes_on():
         fam = s.bench_family(project.family("scale"))
     row = {r.version: r for r in fam.versions}
     assert row[1].status == "passed" and row[1].best.median_us > 0
-    assert row[2].status == "crashed" and "illegal memory access" in row[2].reason
+    # the fault's wording depends on what lies 1 GiB past the buffer: unmapped memory ("an illegal
+    # memory access was encountered") or, since the staged cases are mapped in, another mapping
+    # ("operation not supported on global/shared address space"); either way the context is lost
+    assert row[2].status == "crashed" and any(w in row[2].reason for w in ("illegal memory access", "address space"))
     assert row[3].status == "timed_out" and "timed out after 20 s" in row[3].reason
     assert row[4].status == "failed"
     first = row[4].failures[0]["args"][0]["first"][0]

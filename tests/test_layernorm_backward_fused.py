@@ -31,16 +31,9 @@ FAMILY = Project(ROOT).family("layernorm_backward")
 FUSED = {8: "fp32", 9: "bf16"}
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 
-# The emulator (emu.h) has no rsqrtf, which layernorm_bf16.cuh's warp_row_stats uses (version 9
-# includes the header): the driver gets one, for these tests only, right after emu.h.
-EMU_RSQRTF = '#include "emu.h"\ninline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }\n'
-
 
 @pytest.fixture
-def emulate(monkeypatch):
-    driver = runner._driver_source
-    monkeypatch.setattr(runner, "_driver_source",
-                        lambda version, arities: driver(version, arities).replace('#include "emu.h"\n', EMU_RSQRTF, 1))
+def emulate():
     return runner.emulate
 
 

@@ -47,9 +47,6 @@ EXTRA = {
 }
 EXTRA["fused_residual_forward"] = EXTRA["layernorm_forward"]
 
-# The emulator (emu.h) has no rsqrtf, which layernorm and fused_residual use: the driver gets one,
-# for these tests only, right after emu.h.
-EMU_RSQRTF = '#include "emu.h"\ninline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }\n'
 
 
 def version(name, number):
@@ -69,10 +66,6 @@ def cases():
 
 @pytest.fixture
 def emulate(monkeypatch):
-    driver = runner._driver_source
-    monkeypatch.setattr(runner, "_driver_source",
-                        lambda v, arities: driver(v, arities).replace('#include "emu.h"\n', EMU_RSQRTF, 1))
-
     def run(v, sizes, sms, **kw):
         monkeypatch.setattr(runner, "SMS", sms)
         return runner.emulate(v, sizes, **kw)

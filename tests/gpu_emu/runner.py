@@ -43,7 +43,7 @@ def _shared_aliases(source: str) -> str:
     return "\n".join(out)
 
 
-def _driver_source(version: Version, arities: dict[str, int]) -> str:
+def _driver_source(version: Version, arities: dict[str, int], extra: str = "") -> str:
     calls = []
     for name, n in sorted(arities.items()):
         args = ", ".join(f"a[{i}]" for i in range(n))
@@ -52,6 +52,7 @@ def _driver_source(version: Version, arities: dict[str, int]) -> str:
 #include "emu.h"
 #include "emu_bf16.h"
 #include "emu_mma.h"
+{extra}
 {_shared_aliases(version.path.read_text())}
 #include "{version.path}"
 #include <fstream>
@@ -135,15 +136,16 @@ int main(int argc, char** argv) {{
 """
 
 
-def build(version: Version, sanitize: bool = True) -> Path:
-    """Compile the driver for `version` (cached on the sources' contents)."""
+def build(version: Version, sanitize: bool = True, extra: str = "") -> Path:
+    """Compile the driver for `version` (cached on the sources' contents); `extra` is code placed
+    after the emulator's headers and before the version (definitions a test adds, #defines)."""
     arities: dict[str, int] = {}
     for st in version.steps:
         if st.kind == "kernel":
             arities[st.name] = len(st.args)
         elif st.kind == "library":
             raise NotImplementedError(f"{version.label}: library calls are not emulated")
-    src = _driver_source(version, arities)
+    src = _driver_source(version, arities, extra)
     common = version.path.parent.parent / "common"
     key_parts = [src, version.path.read_text(), str(sanitize)]
     key_parts += [p.read_text() for p in sorted(HERE.glob("*.h"))]
@@ -229,17 +231,18 @@ def _plan(version: Version, sizes: dict, block_size, case) -> tuple[list, list, 
 
 def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode: str = "LATE",
             sched: str = "PRIORITY", sched_seed: int = 1, sanitize: bool = True, case=None,
-            block_order: int = 0, outputs: dict | None = None) -> list:
+            block_order: int = 0, outputs: dict | None = None, extra_source: str = "") -> list:
     """Run the version on the emulator; returns workbench.check.ArgReport per output.
     mode: when cp.async copies land (EARLY: at issue; LATE: at the covering wait).
     sched: SHUFFLE (warps in step) or PRIORITY (one warp races ahead: exposes missing barriers).
     block_order: 0 runs a launch's blocks in index order; any other value is a seed for a shuffled
-    order (blocks still run one at a time). outputs: if a dict, it receives each output's values."""
+    order (blocks still run one at a time). outputs: if a dict, it receives each output's values.
+    extra_source: code the driver places before the version (see build)."""
     fam = version.family
     if block_size is None:
         block_size = version.block_sizes[0]
     case = case or make_case(fam, sizes, seed, version.precision)
-    exe = build(version, sanitize)
+    exe = build(version, sanitize, extra_source)
     buffers, steps, index = _plan(version, sizes, block_size, case)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
