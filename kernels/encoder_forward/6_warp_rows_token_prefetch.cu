@@ -25,6 +25,8 @@ loads are zero-filled selects, not `if`s: with branches ptxas wanted 78 register
 under the bounds; as selects it fits in 64 on sm_80 and sm_90 without spills.
 Prediction: ~24.5 us, about the copy (the op writes 6% fewer bytes than the copy does and its
 first token round trip is hidden), from 26.0.
+
+Measured on the H100 (bench --all, three runs of 2026-11-24): 27.1-27.4 us against the copy's 24.0-24.2 us (0.88-0.89x): slower than version 3 (25.9-26.3 us), against the prediction.
 """
 # float4 rows need C % 4 == 0 (16-byte aligned rows of cudaMalloc'd buffers); no upper bound on
 # C: a row wider than 768 floats is walked in chunks of 32 lanes x 6 float4.

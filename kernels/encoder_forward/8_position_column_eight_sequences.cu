@@ -42,6 +42,8 @@ in 48 and 46 registers, no spills. A 40-register cap (one exact wave) split the 
 behind the first stores, so 48 it is.
 Prediction: ~24.6 us (24.3-25.0), 0.98x the copy, from 25.9: about one DRAM round trip saved at
 the start, more bytes in flight throughout.
+
+Measured on the H100 (bench --all, three runs of 2026-11-24): 27.4-27.5 us against the copy's 24.0-24.2 us (0.87-0.88x): slower than version 3 (25.9-26.3 us), against the prediction.
 """
 # float4 rows need C % 4 == 0 (16-byte aligned rows of cudaMalloc'd buffers); any B and T.
 preconditions = ["C % 4 == 0"]

@@ -28,6 +28,8 @@ other; as Pack8's 16-bit halves or as widened floats they spill. Wider rows keep
 lower occupancy: C <= 1024 at 512 threads an SM (128 registers), C <= 2048 at 256 (the rows in
 flight per SM stay ~100 KB: fewer warps, wider rows).
 Prediction: ~25.9 us at 8x1024x768, the copy's time within noise, from 26.8-27.1.
+
+Measured on the H100 (bench --all, three runs of 2026-11-24): 25.8-26.1 us against the copy's 25.4-26.2 us (0.98-1.01x); version 5 26.5-26.9 us.
 """
 # Rows of packs need C % 8 == 0 (16-byte aligned rows: true for cudaMalloc'd buffers when
 # C % 8 == 0); the registers hold at most 2048 values per row.

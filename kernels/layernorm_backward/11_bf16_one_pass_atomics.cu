@@ -50,6 +50,8 @@ warps in order, fp32 atomics across blocks) and rounded once.
 Prediction: ~21 us for the rows plus 1.5-2 us for the column sums and the last block: 23 us,
 about 1.1x the copy's speed, against version 7's 34.0 us (the caveat of version 10: if this
 3:1 mix runs ~3 us above the model as 1:1 mixes do, 25-26 us, still at the copy).
+
+Measured on the H100 (bench --all, three runs of 2026-11-24): 28.5-29.0 us against the copy's 25.7-26.3 us (0.90-0.92x), short of the prediction; version 12 says why.
 """
 # Pack8 rows (C % 8 == 0); a row takes at most three warps of 768 columns; the accumulator holds
 # 2 x 2304 floats. Every block size keeps 12 warps per SM (3, 2 or 1 blocks).
