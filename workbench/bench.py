@@ -80,7 +80,7 @@ class Session:
         self._compile_pool: ProcessPoolExecutor | None = None
         self._compiles: dict[str, Future] = {}    # version path -> its background compile
         self._server: Server | None = None     # the baselines' long-lived child
-        self._versions: Server | None = None   # a fresh child per version, the next one started ahead
+        self._versions: Server | None = None   # a fresh child per version, STANDBY of them started ahead
         self._device: dict | None = None
         self._stager: Server | None = None       # the case owner: a long-lived child (staging.py)
         self._staged: dict[str, dict] = {}       # case path -> its buffers' (bundle, offset, nbytes)
@@ -215,8 +215,9 @@ class Session:
         return res
 
     def staged(self, family: Family, precision: str, paths: list[str]) -> dict | None:
-        """The IPC handles of these cases, staged on the device by the baselines' child (uploaded
-        there on first use); None when staging is off or failed: the children upload them."""
+        """What a child needs to open these cases, staged on the device by the case owner (uploaded
+        there on first use, one family at a time): {"bundles": {id: IPC handle}, "cases": {path:
+        buffers}}; None when staging is off or failed: the children upload the cases themselves."""
         if not self.options.stage:
             return None
         if self._staged and self._staged_group != (family.name, precision):

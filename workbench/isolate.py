@@ -104,7 +104,6 @@ class Server:
             self._ahead.append(self._spawn())
         return self
 
-
     def _child(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
             self._ahead = [p for p in self._ahead if p.poll() is None]
