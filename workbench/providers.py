@@ -41,6 +41,21 @@ def _nbytes(arg: Arg, shape: Sequence[int]) -> int:
     return max(4, -(-int(np.prod(shape)) * ITEMSIZE[arg.dtype] // 4) * 4)
 
 
+def expected_nbytes(shape: Sequence[int]) -> int:
+    """An expected output's bytes on the device: float32, at least one word."""
+    return max(4, 4 * int(np.prod(shape)))
+
+
+def upload(dst: int, nbytes: int, host: np.ndarray) -> None:
+    """Copy `host` to `nbytes` of device memory; a shorter array's tail is zeroed first (an odd
+    bf16 count leaves half a word, and every restore copy would read it unwritten)."""
+    import pycuda.driver as drv
+    host = np.ascontiguousarray(host)
+    if host.nbytes < nbytes:
+        drv.memset_d32(dst, 0, nbytes // 4)
+    drv.memcpy_htod(dst, host)
+
+
 class CaseBuffers:
     """One case on the device: a buffer per argument, a pristine copy of every input (restored
     by a device-to-device copy before each launch: re-uploading a 1.6 GB softmax input from the
@@ -65,20 +80,17 @@ class CaseBuffers:
                 if ptr is not None and size == nbytes:
                     self._pristine[arg.name] = ptr  # staged once for every version (staging.py)
                 else:
-                    host = np.ascontiguousarray(case.inputs[arg.name])
                     self._pristine[arg.name] = drv.mem_alloc(nbytes)
-                    if host.nbytes < nbytes:  # an odd bf16 count leaves half a word: zero it, or every
-                        drv.memset_d32(self._pristine[arg.name], 0, nbytes // 4)  # restore copies unwritten bytes
-                    drv.memcpy_htod(self._pristine[arg.name], host)
+                    upload(int(self._pristine[arg.name]), nbytes, case.inputs[arg.name])
             if arg.is_output:
-                nbytes = max(4, 4 * int(np.prod(shapes[arg.name])))
+                nbytes = expected_nbytes(shapes[arg.name])
                 ptr, size = staged["exp"].get(arg.name, (None, 0))
                 if ptr is not None and size == nbytes:
                     self.buffers[f"expected {arg.name}"] = DeviceBuffer(ptr, nbytes, "f32")
                 else:
                     self._alloc(f"expected {arg.name}", nbytes, "f32")
-                    drv.memcpy_htod(self.buffers[f"expected {arg.name}"].ptr,
-                                    np.ascontiguousarray(case.expected[arg.name], dtype=np.float32))
+                    upload(self.buffers[f"expected {arg.name}"].ptr, nbytes,
+                           np.asarray(case.expected[arg.name], dtype=np.float32))
 
     def _alloc(self, name: str, nbytes: int, dtype: str) -> None:
         mem = self.drv.mem_alloc(nbytes)

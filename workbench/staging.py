@@ -83,16 +83,15 @@ class Stage:
         return int(host[0])
 
     def upload(self, dst: int, nbytes: int, array) -> None:
-        """Fill `nbytes` at `dst` with the array's bytes (a short array's tail zeroed: an odd
-        bf16 count leaves half a word, and nothing may stay unwritten)."""
-        drv = self.drv
-        host = np.asarray(array)
-        if host.nbytes < nbytes:
-            drv.memset_d32(dst, 0, nbytes // 4)
-        if isinstance(array, np.memmap) and host.flags.c_contiguous and array.filename:
-            self._upload_file(dst, array.filename, array.offset, host.nbytes)
-        else:
-            drv.memcpy_htod(dst, np.ascontiguousarray(host))
+        """Fill `nbytes` at `dst` with the array's bytes, as CaseBuffers would (providers.upload);
+        a case file's bytes are read straight from the file."""
+        from .providers import upload
+        if not (isinstance(array, np.memmap) and array.flags.c_contiguous and array.filename):
+            upload(dst, nbytes, array)
+            return
+        if array.nbytes < nbytes:  # the tail zeroed as providers.upload does
+            self.drv.memset_d32(dst, 0, nbytes // 4)
+        self._upload_file(dst, array.filename, array.offset, array.nbytes)
 
     def _upload_file(self, dst: int, filename: str, offset: int, nbytes: int) -> None:
         """Read the file's bytes in chunks into the pinned buffers, READERS reads at a time in
@@ -136,7 +135,7 @@ class Stage:
         child needs to open them: {"bundles": {id: handle}, "cases": {path: {"in"/"exp":
         {name: [bundle id, offset, nbytes]}}}}."""
         from .check import load_case
-        from .providers import _nbytes, shapes_for
+        from .providers import _nbytes, expected_nbytes, shapes_for
         missing = [p for p in paths if p not in self.cases]
         if missing:
             layout: dict[str, dict[str, dict[str, tuple]]] = {}
@@ -152,7 +151,7 @@ class Stage:
                         entry["in"][arg.name] = (offset, nbytes, case.inputs[arg.name])
                         offset += _aligned(nbytes)
                     if arg.is_output:
-                        nbytes = max(4, 4 * int(np.prod(shapes[arg.name])))
+                        nbytes = expected_nbytes(shapes[arg.name])
                         entry["exp"][arg.name] = (offset, nbytes, case.expected[arg.name])
                         offset += _aligned(nbytes)
                 layout[path] = entry
