@@ -1,5 +1,6 @@
-"""encoder_backward's one-pass versions (7: fp32, vector atomics into dwte; 8: bf16, no atomics,
-kernels/common/encoder_backward_fast.cuh), without a GPU.
+"""encoder_backward's one-pass versions (7: fp32, vector atomics into dwte; 10: the same with the
+dwte chunks prefetched to L2; 8: bf16, no atomics, kernels/common/encoder_backward_fast.cuh),
+without a GPU.
 
 * the headers: precision, determinism, one kernel launch and no scratch at every size, shared
   memory within an SM's at every block size up to the sizes the precondition allows;
@@ -37,6 +38,7 @@ import runner  # noqa: E402
 
 FAMILY = Project(ROOT).family("encoder_backward")
 ATOMIC, ONE_PASS = 7, 8
+PREFETCHED = 10  # version 7 with prefetches: widths that are a multiple of 4 only
 SHORT_MAX, SLICES = 8, 8  # encoder_backward_fast.cuh's
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 
@@ -135,12 +137,17 @@ def _steps(v, sizes, block_size):
 
 def test_the_versions():
     atomic, one_pass = FAMILY.version(ATOMIC), FAMILY.version(ONE_PASS)
-    assert atomic.precision == "fp32" and not atomic.deterministic
+    prefetched = FAMILY.version(PREFETCHED)
+    assert atomic.precision == prefetched.precision == "fp32"
+    assert not atomic.deterministic and not prefetched.deterministic
     assert one_pass.precision == "bf16" and one_pass.deterministic
     trainer = [{"B": B, "T": T, "C": C, "V": 50257} for B in (1, 4, 32) for T in (64, 1024) for C in (768, 1600)]
-    for v in (atomic, one_pass):
+    for v in (atomic, prefetched, one_pass):
         assert not v.scratch
         for sizes in [FAMILY.default_sizes, *FAMILY.test_sizes, *trainer]:
+            if v is prefetched and sizes["C"] % 4:
+                assert v.unmet(sizes) == ["C % 4 == 0"]
+                continue
             assert not v.unmet(sizes), (v.path.name, sizes)
             for block_size in v.block_sizes:
                 env, steps = _steps(v, sizes, block_size)
@@ -170,7 +177,8 @@ def test_the_one_pass_table_fits():
 
 
 # ---- the kernels on the emulator ---------------------------------------------------------------
-EMULATED = [(n, s) for n in (ATOMIC, ONE_PASS) for s in FAMILY.test_sizes]
+EMULATED = [(n, s) for n in (ATOMIC, PREFETCHED, ONE_PASS) for s in FAMILY.test_sizes
+            if not FAMILY.version(n).unmet(s)]
 
 
 @needs_gxx
@@ -187,7 +195,7 @@ def test_every_test_size_on_the_emulator(number, sizes):
 
 
 @needs_gxx
-@pytest.mark.parametrize("number", (ATOMIC, ONE_PASS))
+@pytest.mark.parametrize("number", (ATOMIC, PREFETCHED, ONE_PASS))
 def test_skewed_batches_on_the_emulator(number):
     """One token holds ~60% of the positions over a large vocabulary (version 8: one long group,
     many unique tokens and short groups), and ~30% over a vector width of 4 but not 8."""
@@ -300,11 +308,14 @@ def test_the_one_pass_bits_are_the_formulas_at_every_block_size():
 
 
 @needs_gxx
-def test_the_atomic_versions_dwpe_is_fixed_order():
-    """Version 7 adds dwpe without atomics: its bits are the formula's (dwte is checked against
-    the reference only: its atomics land in any order on a GPU)."""
-    version = FAMILY.version(ATOMIC)
+@pytest.mark.parametrize("number", (ATOMIC, PREFETCHED))
+def test_the_atomic_versions_dwpe_is_fixed_order(number):
+    """Versions 7 and 10 add dwpe without atomics: its bits are the formula's (dwte is checked
+    against the reference only: its atomics land in any order on a GPU)."""
+    version = FAMILY.version(number)
     for sizes in (*FORMULA_SIZES[:3], FORMULA_SIZES[-1]):  # the last: B = 20, three groups of b
+        if version.unmet(sizes):
+            continue
         case = make_case(FAMILY, sizes, 1, version.precision)
         want = formula(case, sizes, version.precision, dwte_too=False)
         reports, got = emulate(version, sizes, block_size=version.block_sizes[0], case=case)
