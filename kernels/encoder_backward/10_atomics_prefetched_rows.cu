@@ -27,88 +27,10 @@ grid = "cdiv(T * (C // 4), block_size)"
 block = "block_size"
 args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V"]
 */
+#include "encoder_backward_atomic.cuh"  // version 7's kernel body; PREFETCH = true adds the prefetches
 
-// b values a thread reads before it uses any: eight 16-byte loads in flight (B = 8: all of them).
-constexpr int BGROUP = 8;
-
-// dwte[p..p+3] += v as one 16-byte reduction in L2 on compute capability 9.x (atomicAdd on
-// float4 exists only there), four scalar atomics elsewhere; the result is unused: no thread waits.
-__device__ __forceinline__ void add4(float* p, float4 v) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-    atomicAdd(reinterpret_cast<float4*>(p), v);
-#else
-    atomicAdd(p, v.x);
-    atomicAdd(p + 1, v.y);
-    atomicAdd(p + 2, v.z);
-    atomicAdd(p + 3, v.w);
-#endif
-}
-
-// Ask L2 for the line holding p, to be kept ahead of streaming data (evict_last); sm_80 and
-// later. Only a hint: nothing waits for it. The CPU emulator's tests check the address through
-// EMU_CHECK_PREFETCH when they define it (inside a buffer: a prefetch out of bounds faults).
-__device__ __forceinline__ void prefetch_l2(const float* p) {
-#if defined(__CUDA_ARCH__)
-    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-#elif defined(EMU_CHECK_PREFETCH)
-    EMU_CHECK_PREFETCH(p, 16);
-#endif
-}
-
-// A thread per (t, c..c+3): dout[b, t, c..c+3] for every b, eight b at a time.
 extern "C" __global__ void __launch_bounds__(512, 2)
 encoder_backward10(float* __restrict__ dwte, float* __restrict__ dwpe, const float* __restrict__ dout,
                    const int* __restrict__ inp, int B, int T, int C, int V) {
-    int units = C / 4;  // float4 columns a row has
-    int u = blockIdx.x * blockDim.x + threadIdx.x;
-    if (u >= T * units) return;
-    int t = u / units, c = (u % units) * 4;
-    float* pe_at = dwpe + (size_t)t * C + c;
-    float4 pe = *reinterpret_cast<const float4*>(pe_at);  // in flight with the first group's loads
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int b0 = 0; b0 < B; b0 += BGROUP) {
-        int tok[BGROUP];
-        float4 d[BGROUP];
-#pragma unroll
-        for (int j = 0; j < BGROUP; j++) {  // every load first: the group's 128 bytes in flight
-            tok[j] = -1;
-            d[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (b0 + j < B) {
-                int n = (b0 + j) * T + t;  // 32-bit: N * C < 2^31 (family precondition)
-                tok[j] = __ldg(inp + n);
-                d[j] = __ldg(reinterpret_cast<const float4*>(dout + n * C + c));
-            }
-        }
-        // The ids land a round trip before the dout chunks need to: start the dwte fetches now.
-#pragma unroll
-        for (int j = 0; j < BGROUP; j++)
-            if ((unsigned)tok[j] < (unsigned)V) prefetch_l2(dwte + tok[j] * C + c);  // V * C < 2^31
-#pragma unroll
-        for (int j = 0; j < BGROUP; j++) {  // dwpe's sum, in order of b
-            if (b0 + j < B) {
-                sum.x += d[j].x;
-                sum.y += d[j].y;
-                sum.z += d[j].z;
-                sum.w += d[j].w;
-            }
-        }
-        // Rows of this thread with the same token are added first and sent as one reduction.
-#pragma unroll
-        for (int j = 1; j < BGROUP; j++) {
-#pragma unroll
-            for (int i = 0; i < j; i++) {
-                if (tok[j] >= 0 && tok[i] == tok[j]) {
-                    d[i].x += d[j].x;
-                    d[i].y += d[j].y;
-                    d[i].z += d[j].z;
-                    d[i].w += d[j].w;
-                    tok[j] = -1;
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < BGROUP; j++)
-            if ((unsigned)tok[j] < (unsigned)V) add4(dwte + tok[j] * C + c, d[j]);
-    }
-    *reinterpret_cast<float4*>(pe_at) = make_float4(pe.x + sum.x, pe.y + sum.y, pe.z + sum.z, pe.w + sum.w);
+    ebatomic::encoder_backward_vec4<true>(dwte, dwpe, dout, inp, B, T, C, V);
 }
