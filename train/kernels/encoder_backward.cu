@@ -1,59 +1,43 @@
 /*
-title = "One pass over dout: a thread sums dwpe's B rows itself and sends dwte four floats per atomic"
+title = "Version 7 with each dwte chunk prefetched into L2 as soon as its token is known"
 deterministic = false  # dwte: float atomics land in any order when tokens repeat (dwpe is fixed-order)
-changed = "Version 1's element threads become (t, four channels) threads that walk b: each reads the B float4 of dout at (b, t, c..c+3) once, adds them into a register sum in order of b and, once, into dwpe's float4 (no atomics: it is that chunk's only writer), and sends each to its token's dwte row with one vector atomic (atomicAdd on float4: a 16-byte reduction in L2 on sm_90; four scalar atomics on older GPUs). Rows of one thread that share a token are added in registers first and sent as one atomic. dwpe is now deterministic; dwte still takes atomics."
+changed = "Version 7's one pass (a thread owns (t, four channels), walks b, sums dwpe in registers, sends dwte one float4 reduction a row), plus one instruction a row: as soon as a thread's token ids have landed, and while its dout loads are still in flight, it asks L2 to fetch the dwte chunk its reduction will update (prefetch.global.L2::evict_last). Only widths that are a multiple of 4 (version 7 keeps the scalar path)."
 why = """
-Version 1 (40.7 µs at B=8 T=1024 C=768 V=50257, uniform random tokens, against 33.8 µs for a
-copy of the same 81.8 MB) sends 2 * N * C = 12.6 million scalar atomics to L2: half to dwte,
-half to dwpe, where the B positions of a time step collide on every element. Version 5 (47.4
-µs) has no atomics but pays for its token partition: each of 512 blocks reads all 8192 ids and
-sorts before its first dout load, and dout is read twice (token blocks, then dwpe blocks).
+A reduction (RED) on a line L2 does not hold waits in L2 for the line to come from DRAM before it
+can add; every dwte row is cold here (L2 is flushed before each launch, and the rows are
+scattered over a 154 MB table). In version 7 the first request for a dwte line is the reduction
+itself, issued only once the thread's dout chunks have arrived, so each row costs two DRAM round
+trips back to back: dout, then dwte. The token ids arrive first (4 bytes, one broadcast address a
+time step), so the dwte addresses are known one round trip before the dout data: a prefetch then
+puts the dwte fetch in flight beside the dout loads, and the reduction, when it comes, finds its
+line in L2. evict_last keeps the prefetched lines from being pushed out by the streaming dout
+reads before their reduction arrives. A prefetch holds no register and nobody waits for it.
 
-Here dwpe needs no atomics at all: the thread that owns dwpe's (t, c..c+3) is the one that
-reads the B dout chunks at t, so it sums them in registers (in order of b: deterministic) and
-does one 16-byte read-modify-write of dwpe. That removes half the atomics and all their
-collisions. dwte keeps atomics, but vector ones: sm_90 reduces a float4 in L2 in one operation
-(atomicAdd(float4*, float4), compiled to REDG.E.ADD.F32x4 since the result is unused): N * C / 4
-= 1.6 million reductions of 16 bytes instead of 6.3 million of 4, a warp's instruction covering
-512 contiguous bytes of a dwte row. Before sending, a thread adds together its rows that share a
-token (28 integer compares): nothing at uniform tokens, but fewer atomics for frequent tokens, and
-shorter chains of fp32 additions in arbitrary order, which matters for the tolerance when a row
-collects hundreds of rows (V = 2, B=8 T=64: without it one of the emulator's orders put an
-element at 1.2x the tolerance; with it, the worst of 48 orders is at 0.74x, version 1's 0.73x). The sm_80 build gets four scalar atomics instead of
-the vector one, with the same one-pass structure.
-
-Bytes: dout read once (25.2 MB, 16-byte loads), the touched dwte rows read by L2 for the
-reductions and written back (25.2 + 25.2 MB as the family counts them), dwpe read and written
-once (3.1 + 3.1 MB), the ids (32 KB): the family's 81.8 MB, 53.5 MB of it reads, which cost less
-than writes, so the copy's speed is reachable. Little's law: a thread issues its dwpe load and
-its eight dout loads (B = 8; eight b a group for larger B) before using any, 144 bytes in flight.
-The eight float4 and their ids take 60-64 registers (capped at 64 by the launch bounds; fewer
-spill), so 1024 threads an SM: ~150 KB in flight per SM, against the ~25 KB it needs; the 768
-blocks of 256 run in about 1.5 waves of short-lived blocks. The reductions are fire and forget:
-no thread waits for them. What remains unknown is L2's reduction rate on lines it must first
-fetch from DRAM (every dwte row is cold: L2 is flushed before each launch); version 1 shows it
-keeps up with 12.6 million scalar atomics in 40.7 µs, and this sends an eighth as many operations.
-
-Predicted: 34-36 µs at B=8 T=1024 C=768 (the copy: 33.8 µs; the goal, 0.95 of its speed, is
-35.6 µs). Widths that are not a multiple of 4 take the same kernel one channel a thread with
-scalar atomics (correct, for the odd test sizes).
+Tried on the H100 beside version 7, two runs of the family each (bench, 2026-11-24, copy of the
+81.8 MB: 33.4 and 34.0 us): version 7 35.8 and 35.1 us (0.93x, 0.97x); dout read with an
+evict-first policy and no L1 allocation 35.3 and 34.8 us; dout with __ldcs 34.5 and 35.0 us; this
+version 34.4 and 33.8 us (0.97x, 1.01x), the best of the four in both runs.
 """
+preconditions = ["C % 4 == 0"]
 block_sizes = [128, 256, 512]
 
 [[launch]]
-kernel = "encoder_backward7_vec4"
-when = "C % 4 == 0"
+kernel = "encoder_backward10"
 grid = "cdiv(T * (C // 4), block_size)"
 block = "block_size"
 args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V"]
-
-[[launch]]
-kernel = "encoder_backward7_scalar"
-when = "C % 4 != 0"
-grid = "cdiv(T * C, block_size)"
-block = "block_size"
-args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V"]
 */
+// ---- begin encoder_backward_atomic.cuh ----
+// encoder_backward's one-pass atomic kernel (versions 7 and 10): a thread owns dwpe's
+// (t, c..c+3), reads dout[b, t, c..c+3] for every b (BGROUP b at a time, every load issued
+// before any is used), sums them in order of b into dwpe (no atomics: it is that chunk's only
+// writer) and sends each row to its token's dwte chunk as one float4 reduction. PREFETCH
+// (version 10): as soon as the group's token ids land, ask L2 for those dwte chunks, so the
+// reductions find their lines there instead of waiting on DRAM. Needs C % 4 == 0.
+#ifndef KERNELS_COMMON_ENCODER_BACKWARD_ATOMIC_CUH
+#define KERNELS_COMMON_ENCODER_BACKWARD_ATOMIC_CUH
+
+namespace ebatomic {
 
 // b values a thread reads before it uses any: eight 16-byte loads in flight (B = 8: all of them).
 constexpr int BGROUP = 8;
@@ -72,10 +56,21 @@ __device__ __forceinline__ void add4(float* p, float4 v) {
 #endif
 }
 
-// A thread per (t, c..c+3): dout[b, t, c..c+3] for every b, eight b at a time.
-extern "C" __global__ void __launch_bounds__(512, 2)
-encoder_backward7_vec4(float* __restrict__ dwte, float* __restrict__ dwpe, const float* __restrict__ dout,
-                       const int* __restrict__ inp, int B, int T, int C, int V) {
+// Ask L2 for the line holding p, to be kept ahead of streaming data (evict_last); sm_80 and
+// later. Only a hint: nothing waits for it. The CPU emulator's tests check the address through
+// EMU_CHECK_PREFETCH when they define it (inside a buffer: a prefetch out of bounds faults).
+__device__ __forceinline__ void prefetch_l2(const float* p) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+#elif defined(EMU_CHECK_PREFETCH)
+    EMU_CHECK_PREFETCH(p, 16);
+#endif
+}
+
+template <bool PREFETCH>
+__device__ __forceinline__ void encoder_backward_vec4(float* __restrict__ dwte, float* __restrict__ dwpe,
+                                                      const float* __restrict__ dout, const int* __restrict__ inp,
+                                                      int B, int T, int C, int V) {
     int units = C / 4;  // float4 columns a row has
     int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= T * units) return;
@@ -95,6 +90,11 @@ encoder_backward7_vec4(float* __restrict__ dwte, float* __restrict__ dwpe, const
                 tok[j] = __ldg(inp + n);  // the same id for every thread of this t: one broadcast
                 d[j] = __ldg(reinterpret_cast<const float4*>(dout + n * C + c));
             }
+        }
+        if (PREFETCH) {  // the ids land a round trip before the dout chunks: start the dwte fetches
+#pragma unroll
+            for (int j = 0; j < BGROUP; j++)
+                if ((unsigned)tok[j] < (unsigned)V) prefetch_l2(dwte + tok[j] * C + c);  // V * C < 2^31
         }
 #pragma unroll
         for (int j = 0; j < BGROUP; j++) {  // dwpe's sum, in order of b
@@ -128,44 +128,14 @@ encoder_backward7_vec4(float* __restrict__ dwte, float* __restrict__ dwpe, const
     *reinterpret_cast<float4*>(pe_at) = make_float4(pe.x + sum.x, pe.y + sum.y, pe.z + sum.z, pe.w + sum.w);
 }
 
-// The same, one channel a thread (C not a multiple of 4), with scalar atomics.
+}  // namespace ebatomic
+
+#endif  // KERNELS_COMMON_ENCODER_BACKWARD_ATOMIC_CUH
+
+// ---- end encoder_backward_atomic.cuh ----  // version 7's kernel body; PREFETCH = true adds the prefetches
+
 extern "C" __global__ void __launch_bounds__(512, 2)
-encoder_backward7_scalar(float* __restrict__ dwte, float* __restrict__ dwpe, const float* __restrict__ dout,
-                         const int* __restrict__ inp, int B, int T, int C, int V) {
-    int u = blockIdx.x * blockDim.x + threadIdx.x;
-    if (u >= T * C) return;
-    int t = u / C, c = u % C;
-    float pe = dwpe[(size_t)t * C + c];
-    float sum = 0.0f;
-    for (int b0 = 0; b0 < B; b0 += BGROUP) {
-        int tok[BGROUP];
-        float d[BGROUP];
-#pragma unroll
-        for (int j = 0; j < BGROUP; j++) {
-            tok[j] = -1;
-            d[j] = 0.0f;
-            if (b0 + j < B) {
-                int n = (b0 + j) * T + t;
-                tok[j] = __ldg(inp + n);
-                d[j] = __ldg(dout + n * C + c);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < BGROUP; j++)
-            if (b0 + j < B) sum += d[j];
-#pragma unroll
-        for (int j = 1; j < BGROUP; j++) {
-#pragma unroll
-            for (int i = 0; i < j; i++) {
-                if (tok[j] >= 0 && tok[i] == tok[j]) {
-                    d[i] += d[j];
-                    tok[j] = -1;
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < BGROUP; j++)
-            if ((unsigned)tok[j] < (unsigned)V) atomicAdd(dwte + tok[j] * C + c, d[j]);
-    }
-    dwpe[(size_t)t * C + c] = pe + sum;
+encoder_backward10(float* __restrict__ dwte, float* __restrict__ dwpe, const float* __restrict__ dout,
+                   const int* __restrict__ inp, int B, int T, int C, int V) {
+    ebatomic::encoder_backward_vec4<true>(dwte, dwpe, dout, inp, B, T, C, V);
 }
