@@ -110,6 +110,12 @@ def test_the_time_breakdown_splits_rows_time_into_their_phases():
     assert text.startswith("took 130 s")
     assert "compiling 20 s" in text
     assert "versions 100 s [setup 10, check 40, time 30, re-check 5, other 15]" in text
+    assert text.endswith("not accounted 10 s)")  # 130 - 20 - 100: the remainder is named too
+
+
+def test_a_breakdown_that_adds_up_has_no_remainder():
+    text = report.time_breakdown({"compiling": 20.0, "versions": 110.0, "total": 130.0})
+    assert "not accounted" not in text
 
 
 def test_row_phases_and_run_phases_survive_a_round_trip(tmp_path):

@@ -399,13 +399,17 @@ class Session:
         groups.sort(key=self._reference_cost)  # the GPU starts on a family whose references are quick
         # What takes long to start goes first, overlapping the device probe: torch in the
         # baselines' child, the case owner's context, the references.
+        t0 = time.perf_counter()
         if self.options.time:
             self._baseline_server()
         if self.options.stage:
             self._stage_server()
         self.prepare_cases(groups)
         self._version_server()  # the first versions' children start now, not when they are needed
+        self._spent("starting children", t0)
+        t0 = time.perf_counter()
         run = self.new_run()
+        self._spent("probing the device", t0)
         if earlier is not None:
             if earlier.device.get("name") != run.device.get("name"):
                 raise WorkbenchError(f"--resume: {json_path} was measured on {earlier.device.get('name')}, "
@@ -418,10 +422,12 @@ class Session:
             run.put(result)
             run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
             run.phases = {k: dict(v) for k, v in self.phases.items()}
+            t0 = time.perf_counter()
             if json_path:
                 save(json_path, run)  # after each family: nothing lost if a later one stops us
             if on_family:
                 on_family(result)
+            self._spent("writing and printing results", t0)
         run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
         run.phases = {k: dict(v) for k, v in self.phases.items()}
         if json_path:

@@ -266,6 +266,9 @@ def time_breakdown(seconds: dict[str, float], phases: dict[str, dict[str, float]
             parts.append(f"{k} {v:.0f} s [{detail}, other {max(0.0, rest):.0f}]")
         else:
             parts.append(f"{k} {v:.0f} s")
+    named = sum(v for k, v in seconds.items() if k != "total")
+    if parts and seconds.get("total", 0) - named >= 1:  # between the named activities: the loop's own work
+        parts.append(f"not accounted {seconds['total'] - named:.0f} s")
     return f"took {seconds.get('total', 0):.0f} s" + (f" ({', '.join(parts)})" if parts else "")
 
 
