@@ -221,9 +221,11 @@ class Session:
         if not self.options.stage:
             return None
         if self._staged and self._staged_group != (family.name, precision):
+            t0 = time.perf_counter()
             self._stage_job({"action": "release"})  # another family's: device memory holds one at a time
             self._staged.clear()
             self._bundles.clear()
+            self._spent("dropping cases", t0)
         self._staged_group = (family.name, precision)
         for _ in range(2):  # twice: if the owner had restarted, what it held is gone and is staged anew
             missing = [p for p in paths if p not in self._staged]
@@ -381,7 +383,9 @@ class Session:
             row = self.run_version(version, sizes)
             result.versions.append(row)
             if on_row:
+                t0 = time.perf_counter()
                 on_row(row)
+                self._spent("writing and printing results", t0)
         result.torch, result.copy = self.run_baselines(family, sizes, precision)
         result.seconds = round(time.perf_counter() - started, 2)
         return result
@@ -418,7 +422,9 @@ class Session:
         self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
         for family, precision in self._ready_first(groups):
             result = self.bench_family(family, precision, on_row=on_row)
+            t0 = time.perf_counter()
             self.drop_cases(family)
+            self._spent("dropping cases", t0)
             run.put(result)
             run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
             run.phases = {k: dict(v) for k, v in self.phases.items()}
