@@ -1,0 +1,30 @@
+"""The bench session's reference cases on the CPU: a finished family's case files are deleted
+(in the background, so the next family is not kept waiting) and gone once the session closes."""
+
+from pathlib import Path
+
+from workbench.bench import Options, Session
+from workbench.family import Project
+
+from conftest import FIXTURES
+
+
+def test_a_dropped_familys_case_files_are_deleted_by_the_time_the_session_closes():
+    project = Project(FIXTURES / "project")
+    family = project.family("scale")
+    with Session(project, Options(seeds=1, time=False, stage=False)) as session:
+        tmp = session._tmp
+        mine = [tmp / "scale-a", tmp / "scale-b"]
+        other = tmp / "other-a"
+        for folder in (*mine, other):
+            folder.mkdir()
+            (folder / "x.npy").write_bytes(b"\0" * 4096)
+        session._cases[("scale", "fp32", (), (), 1, True)] = [str(p) for p in mine]
+        session._cases[("other", "fp32", (), (), 1, True)] = [str(other)]
+        session.drop_cases(family)
+        assert not any(k[0] == "scale" for k in session._cases)  # forgotten at once
+        assert ("other", "fp32", (), (), 1, True) in session._cases
+        session._deleter.shutdown(wait=True)
+        assert not any(p.exists() for p in mine)
+        assert other.exists()  # another family's cases are left alone
+    assert not Path(tmp).exists()
