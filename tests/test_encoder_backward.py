@@ -12,10 +12,8 @@
   order, dealt to 8 running sums when more than 8, the sums added in order, the total added to
   the gradient row; bf16: widened, and rounded once at the end): equal, bit for bit.
 
-The versions use warp votes that the emulator's headers may lack (__ballot_sync,
-__match_any_sync, an int __shfl_up_sync, __popc, an int atomicAdd): WARP_VOTES below defines
-them with emu.h's warp collectives, and those the headers lack are added to the emulator's
-driver for these tests only.
+The versions' warp votes (__ballot_sync, __match_any_sync, an int __shfl_up_sync, __popc) are
+emu.h's.
 """
 
 import re
@@ -39,55 +37,11 @@ FAMILY = Project(ROOT).family("encoder_backward")
 PARTITION = (5, 6)
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 
-# Each: a pattern finding the function's definition in the emulator's headers, and the definition
-# to add when they lack it (so that the headers may grow these without breaking this test).
-WARP_VOTES = {
-    "__popc": (r"\b__popc\s*\([^;{]*\)\s*\{",
-               "inline int __popc(unsigned x) { return __builtin_popcount(x); }"),
-    "atomicAdd(int*)": (r"\batomicAdd\s*\(\s*int\s*\*[^;{]*\)\s*\{",
-                        "inline int atomicAdd(int* p, int v) { int old = *p; *p = old + v; return old; }"),
-    "__ballot_sync": (r"\b__ballot_sync\s*\([^;{]*\)\s*\{", """
-inline unsigned __ballot_sync(unsigned mask, int pred) {
-    if (mask != 0xffffffffu) emu_fail("ballot with a partial mask");
-    unsigned out = 0;
-    warp_collective(101, [&](WarpSlot& s) { s.u[0] = pred != 0; },
-                    [&](WarpSlot* all, int) { for (int l = 0; l < 32; l++) out |= all[l].u[0] << l; });
-    return out;
-}"""),
-    "__match_any_sync": (r"\b__match_any_sync\s*\([^;{]*\)\s*\{", """
-inline unsigned __match_any_sync(unsigned mask, int value) {
-    if (mask != 0xffffffffu) emu_fail("match with a partial mask");
-    unsigned out = 0;
-    warp_collective(102, [&](WarpSlot& s) { s.i0 = value; },
-                    [&](WarpSlot* all, int lane) {
-                        for (int l = 0; l < 32; l++) out |= unsigned(all[l].i0 == all[lane].i0) << l;
-                    });
-    return out;
-}"""),
-    "__shfl_up_sync(int)": (r"\bint\s+__shfl_up_sync\s*\([^;{]*\)\s*\{", """
-inline int __shfl_up_sync(unsigned mask, int v, unsigned delta, int width = 32) {
-    if (mask != 0xffffffffu) emu_fail("shuffle with a partial mask");
-    int out = 0;
-    warp_collective(103, [&](WarpSlot& s) { s.i0 = v; },
-                    [&](WarpSlot* all, int lane) {
-                        int src = lane - int(delta);
-                        out = src >= (lane / width) * width ? all[src].i0 : all[lane].i0;
-                    });
-    return out;
-}"""),
-}
-
-
-def missing_warp_votes() -> str:
-    """The definitions of WARP_VOTES that the emulator's headers do not have."""
-    headers = "\n".join(p.read_text() for p in sorted(Path(runner.HERE).glob("*.h")))
-    return "\n".join(code for pattern, code in WARP_VOTES.values() if not re.search(pattern, headers))
-
 
 def emulate(version, sizes, **kw):
     """(reports, outputs): the emulator's per-output reports and the outputs' values."""
     outputs = {}
-    reports = runner.emulate(version, sizes, outputs=outputs, extra_source=missing_warp_votes(), **kw)
+    reports = runner.emulate(version, sizes, outputs=outputs, **kw)
     return reports, outputs
 
 

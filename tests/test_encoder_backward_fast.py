@@ -13,13 +13,10 @@ without a GPU.
 * version 8's bits: the same at every block size and schedule, and equal to a float32 NumPy model
   of its header's formula (bf16: rounded once); version 7's dwpe (no atomics) the same way.
 
-The versions use device functions the emulator's headers may lack (__ballot_sync, __ffs,
-atomicCAS, atomicMin and atomicOr on unsigned, atomicAdd on float4): EXTRAS below defines them with emu.h's
-warp collectives, and those the headers lack are added to the emulator's driver for these tests, with
-a check of every L2 prefetch range version 8 asks for (CHECK_PREFETCH).
+The L2 prefetches of versions 8 and 10 are checked by the emulator (emu.h's EMU_CHECK_PREFETCH):
+each range inside a buffer, as a prefetch out of bounds would fault on the GPU.
 """
 
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -42,60 +39,11 @@ PREFETCHED = 10  # version 7 with prefetches: widths that are a multiple of 4 on
 SHORT_MAX, SLICES = 8, 8  # encoder_backward_fast.cuh's
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 
-# Each: a pattern finding the function's definition in the emulator's headers, and the definition
-# to add when they lack it (so that the headers may grow these without breaking this test).
-EXTRAS = {
-    "__ffs": (r"\b__ffs\s*\([^;{]*\)\s*\{",
-              "inline int __ffs(int x) { return __builtin_ffs(x); }"),
-    "atomicCAS(int*)": (r"\batomicCAS\s*\(\s*int\s*\*[^;{]*\)\s*\{",
-                        "inline int atomicCAS(int* p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }"),
-    "atomicMin(unsigned*)": (r"\batomicMin\s*\(\s*unsigned\s*\*[^;{]*\)\s*\{",
-                             "inline unsigned atomicMin(unsigned* p, unsigned v) { unsigned old = *p; if (v < old) *p = v; return old; }"),
-    "atomicOr(unsigned*)": (r"\batomicOr\s*\(\s*unsigned\s*\*[^;{]*\)\s*\{",
-                            "inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned old = *p; *p = old | v; return old; }"),
-    "atomicAdd(float4*)": (r"\batomicAdd\s*\(\s*float4\s*\*[^;{]*\)\s*\{", """
-inline float4 atomicAdd(float4* p, float4 v) {
-    if (reinterpret_cast<uintptr_t>(p) % 16) emu_fail("float4 atomicAdd not 16-byte aligned");
-    float4 old = *p;
-    *p = {old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w};
-    return old;
-}"""),
-    "__ballot_sync": (r"\b__ballot_sync\s*\([^;{]*\)\s*\{", """
-inline unsigned __ballot_sync(unsigned mask, int pred) {
-    if (mask != 0xffffffffu) emu_fail("ballot with a partial mask");
-    unsigned out = 0;
-    warp_collective(101, [&](WarpSlot& s) { s.u[0] = pred != 0; },
-                    [&](WarpSlot* all, int) { for (int l = 0; l < 32; l++) out |= all[l].u[0] << l; });
-    return out;
-}"""),
-}
-
-
-# Version 8's L2 prefetches do nothing on the CPU; these tests check each range instead: 16-byte
-# aligned, a positive multiple of 16 bytes, inside one of the launch's buffers (a prefetch out of
-# bounds would fault on the GPU).
-CHECK_PREFETCH = """
-inline void emu_check_prefetch(const void* p, unsigned bytes) {
-    auto a = reinterpret_cast<const unsigned char*>(p);
-    if (reinterpret_cast<uintptr_t>(p) % 16 || bytes == 0 || bytes % 16) emu_fail("prefetch: misaligned or bad size");
-    for (auto& b : emu_buffers)
-        if (a >= b.p && a + bytes <= b.p + b.bytes) return;
-    emu_fail("prefetch: range outside every buffer");
-}
-#define EMU_CHECK_PREFETCH(p, bytes) emu_check_prefetch(p, bytes)
-"""
-
-
-def missing_extras() -> str:
-    headers = "\n".join(p.read_text() for p in sorted(Path(runner.HERE).glob("*.h")))
-    extras = [code for pattern, code in EXTRAS.values() if not re.search(pattern, headers)]
-    return "\n".join(extras + [CHECK_PREFETCH])
-
 
 def emulate(version, sizes, **kw):
     """(reports, outputs): the emulator's per-output reports and the outputs' values."""
     outputs = {}
-    reports = runner.emulate(version, sizes, outputs=outputs, extra_source=missing_extras(), **kw)
+    reports = runner.emulate(version, sizes, outputs=outputs, **kw)
     return reports, outputs
 
 

@@ -94,6 +94,18 @@ inline void emu_check_global(const void* p, size_t bytes, const char* what) {
     emu_fail((std::string(what) + ": global source outside every buffer").c_str());
 }
 
+// L2 prefetches are hints on the GPU and nothing here; kernels pass their ranges to
+// EMU_CHECK_PREFETCH, which checks them: 16-byte aligned, a positive multiple of 16 bytes, inside
+// one buffer (a prefetch out of bounds faults on the GPU).
+inline void emu_check_prefetch(const void* p, size_t bytes) {
+    auto a = reinterpret_cast<const unsigned char*>(p);
+    if (reinterpret_cast<uintptr_t>(p) % 16 || bytes == 0 || bytes % 16) emu_fail("prefetch: misaligned or bad size");
+    for (auto& b : emu_buffers)
+        if (a >= b.p && a + bytes <= b.p + b.bytes) return;
+    emu_fail("prefetch: range outside every buffer");
+}
+#define EMU_CHECK_PREFETCH(p, bytes) emu_check_prefetch(p, bytes)
+
 // ---- fibers and scheduling -------------------------------------------------------------------
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
@@ -259,6 +271,59 @@ inline unsigned atomicAdd(unsigned* p, unsigned v) {
     *p = old + v;
     return old;
 }
+// sm_90's 16-byte float atomic (the result unused: a vector reduction in L2).
+inline float4 atomicAdd(float4* p, float4 v) {
+    if (reinterpret_cast<uintptr_t>(p) % 16) emu_fail("float4 atomicAdd not 16-byte aligned");
+    float4 old = *p;
+    *p = {old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w};
+    return old;
+}
+inline int atomicCAS(int* p, int cmp, int v) {
+    int old = *p;
+    if (old == cmp) *p = v;
+    return old;
+}
+inline unsigned atomicMin(unsigned* p, unsigned v) {
+    unsigned old = *p;
+    if (v < old) *p = v;
+    return old;
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+    unsigned old = *p;
+    *p = old | v;
+    return old;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+
+// Warp votes and an integer shuffle, as warp collectives.
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+    if (mask != 0xffffffffu) emu_fail("ballot with a partial mask");
+    unsigned out = 0;
+    warp_collective(101, [&](WarpSlot& s) { s.u[0] = pred != 0; },
+                    [&](WarpSlot* all, int) { for (int l = 0; l < 32; l++) out |= all[l].u[0] << l; });
+    return out;
+}
+inline unsigned __match_any_sync(unsigned mask, int value) {
+    if (mask != 0xffffffffu) emu_fail("match with a partial mask");
+    unsigned out = 0;
+    warp_collective(102, [&](WarpSlot& s) { s.i0 = value; },
+                    [&](WarpSlot* all, int lane) {
+                        for (int l = 0; l < 32; l++) out |= unsigned(all[l].i0 == all[lane].i0) << l;
+                    });
+    return out;
+}
+inline int __shfl_up_sync(unsigned mask, int v, unsigned delta, int width = 32) {
+    if (mask != 0xffffffffu) emu_fail("shuffle with a partial mask");
+    int out = 0;
+    warp_collective(103, [&](WarpSlot& s) { s.i0 = v; },
+                    [&](WarpSlot* all, int lane) {
+                        int src = lane - int(delta);
+                        out = src >= (lane / width) * width ? all[src].i0 : all[lane].i0;
+                    });
+    return out;
+}
+float __shfl_up_sync(unsigned, float, unsigned, int = 32) = delete;  // not emulated: no silent int
 
 // Run one kernel launch: every block (in index order, or shuffled with emu.block_order as the
 // seed: blocks may run in any order on a GPU), every thread of a block a fiber.
