@@ -194,13 +194,7 @@ class Session:
         paths = [path for key in [k for k in self._cases if k[0] == family.name] for path in self._cases.pop(key)]
         staged = [p for p in paths if p in self._staged]
         if staged:
-            t0 = time.perf_counter()
-            self._stage_job({"action": "release", "cases": staged})
-            for p in staged:
-                self._staged.pop(p, None)
-            if not self._staged:
-                self._bundles.clear()
-            self._spent("releasing staged cases", t0)
+            self._release_staged(staged)
         # Deleting gigabytes of case files took ~0.4 s a family on the H100's host (22 s of a
         # bench --all): a background thread does it while the next family runs.
         if self._deleter is None:
@@ -214,6 +208,16 @@ class Session:
         if self._stager is None:
             self._stager = Server().start()
         return self._stager
+
+    def _release_staged(self, paths: list[str] | None = None) -> None:
+        """Free these staged cases on the device (every one when None) and forget them here."""
+        t0 = time.perf_counter()
+        self._stage_job({"action": "release", "cases": paths})
+        for p in list(self._staged) if paths is None else paths:
+            self._staged.pop(p, None)
+        if not self._staged:
+            self._bundles.clear()
+        self._spent("releasing staged cases", t0)
 
     def _stage_job(self, job: dict) -> dict:
         res = self._stage_server().run({"job": "stage", "root": str(self.project.root), **job}, self.options.timeout)
@@ -230,11 +234,7 @@ class Session:
         if not self.options.stage:
             return None
         if self._staged and self._staged_group != (family.name, precision):
-            t0 = time.perf_counter()
-            self._stage_job({"action": "release"})  # another family's: device memory holds one at a time
-            self._staged.clear()
-            self._bundles.clear()
-            self._spent("releasing staged cases", t0)
+            self._release_staged()  # another family's: device memory holds one at a time
         self._staged_group = (family.name, precision)
         for _ in range(2):  # twice: if the owner had restarted, what it held is gone and is staged anew
             missing = [p for p in paths if p not in self._staged]

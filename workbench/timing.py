@@ -166,8 +166,7 @@ def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
 
     carry = {} if carry is None else carry
     if flush is None:
-        carry.setdefault("warm", [])
-        return summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t, carry["warm"]))
+        return summarize(sample_loop(lambda n: [launch] * n, lambda t, n: t, carry.setdefault("warm", [])))
 
     def drained(s):
         launch(s)
