@@ -1,0 +1,41 @@
+/*
+title = "Written from the input's side: reads in one sequential stream, 16-byte units"
+changed = "Version 2 has a thread per float4 of the output: a warp reads HS-float runs of one head from rows 3C floats apart and writes one contiguous run. Here a thread per 16-byte unit of the input, in the input's order: a warp reads 512 contiguous bytes, exactly as a copy does, and writes runs of one head's row (HS floats, 256 bytes at HS = 64) to q, k and v. The kernel moves units, not floats (kernels/common/permute_units.cuh), so version 5 runs the same code at bf16."
+why = """
+A permute is a copy whose reads or writes (not both) must be scattered. Version 2 scatters the
+reads: each warp asks for runs of 256 bytes (HS = 64 floats of one head) from rows 9 KB apart,
+and its writes are sequential. But stores do not go to DRAM as issued: they land in L2, which
+holds them until the line is evicted, whole, so the order they were issued in hardly reaches
+DRAM. Loads are served as they come. Scattering the writes instead and keeping the reads in one
+stream lets DRAM see a copy's reads. Each thread moves one 16-byte unit; the index arithmetic
+is three 32-bit divisions (by a row's units, a head block's units and a head row's units),
+cheap next to a DRAM access. With HS % 4 == 0 every unit is whole and 16-byte aligned on both
+sides, and 3 * N < 2^31 keeps every index in 32 bits.
+
+An experiment measured beside this one: tiles of 4 or 8 consecutive positions a block, laid out
+so that both the reads (the tile's rows: 36 KB contiguous) and the writes (runs of 4-8 head
+rows: 1-2 KB) are long, ran no faster than version 2 (59.8 and 59.7 us): the long write runs
+bought nothing, which is what the L2 argument above predicts, and the reads lost their strict
+order within the tile.
+
+Measured on the H100 (experiment copy of this kernel, bench permute, 2026-11-24, in one run):
+57.9 us against the copy's 56.4 us (0.975x); version 2 59.1 us (0.954x).
+"""
+preconditions = ["HS % 4 == 0", "3 * N < 2**31"]
+block_sizes = [128, 256, 512, 1024]
+
+[[launch]]
+kernel = "permute4"
+grid = "cdiv(3 * N // 4, block_size)"
+block = "block_size"
+args = ["q", "k", "v", "inp", "T", "NH", "HS // 4", "3 * N // 4"]
+*/
+#include "permute_units.cuh"  // permute_unit: one 16-byte unit, read in the input's order
+
+extern "C" __global__ void permute4(float* q, float* k, float* v, const float* inp, int T, int NH, int U,
+                                    int units) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (unsigned)units)
+        permute_unit(reinterpret_cast<int4*>(q), reinterpret_cast<int4*>(k), reinterpret_cast<int4*>(v),
+                     reinterpret_cast<const int4*>(inp), T, NH, U, i);
+}

@@ -1,0 +1,52 @@
+"""permute 4 (fp32) and 5 (bf16): the input-order kernel (kernels/common/permute_units.cuh) on
+the CPU SIMT emulator, bit for bit against the reference, at every family test size each accepts
+and at sizes that reach its corners (a single unit; head rows of one unit; GPT-2 XL's 25 heads;
+a last block only partly used), every listed block size; and the preconditions that keep its
+32-bit indexing safe."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.family import Project
+
+from conftest import ROOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
+import runner  # noqa: E402
+
+PROJECT = Project(ROOT)
+EXTRA = [{"B": 1, "T": 1, "NH": 1, "HS": 8}, {"B": 3, "T": 5, "NH": 2, "HS": 8},
+         {"B": 2, "T": 17, "NH": 25, "HS": 16}, {"B": 1, "T": 9, "NH": 3, "HS": 64}]
+
+
+def cases():
+    out = []
+    for number in (4, 5):
+        v = PROJECT.family("permute").version(number)
+        for sizes in [*v.family.test_sizes, *EXTRA]:
+            if not v.unmet(sizes):
+                out.append(pytest.param(number, sizes, id=f"{number}-{v.family.format_sizes(sizes)}"))
+    return out
+
+
+def test_the_versions_take_the_trainers_sizes_and_refuse_what_32_bits_cannot_index():
+    for number, precision in ((4, "fp32"), (5, "bf16")):
+        v = PROJECT.family("permute").version(number)
+        assert v.precision == precision
+        for NH, HS in ((12, 64), (16, 64), (20, 64), (25, 64)):
+            assert not v.unmet({"B": 32, "T": 1024, "NH": NH, "HS": HS})
+        assert v.unmet({"B": 256, "T": 4096, "NH": 25, "HS": 64})  # 3N > 2^31
+        assert v.unmet({"B": 1, "T": 4, "NH": 2, "HS": 6})           # a head row is not whole units
+    assert len(cases()) >= 10
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+@pytest.mark.parametrize("number, sizes", cases())
+def test_on_the_emulator(number, sizes):
+    v = PROJECT.family("permute").version(number)
+    for i, bs in enumerate(v.block_sizes):
+        reports = runner.emulate(v, sizes, seed=i % 3, block_size=bs, sched="SHUFFLE" if i % 2 else "PRIORITY")
+        assert reports and all(r.ok for r in reports), [(bs, r.name, r.bad, r.total) for r in reports if not r.ok]
