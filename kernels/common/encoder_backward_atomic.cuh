@@ -7,6 +7,8 @@
 #ifndef KERNELS_COMMON_ENCODER_BACKWARD_ATOMIC_CUH
 #define KERNELS_COMMON_ENCODER_BACKWARD_ATOMIC_CUH
 
+#include "l2_prefetch.cuh"  // prefetch_l2_line: a dwte line asked of L2 while dout is in flight
+
 namespace ebatomic {
 
 // b values a thread reads before it uses any: eight 16-byte loads in flight (B = 8: all of them).
@@ -23,17 +25,6 @@ __device__ __forceinline__ void add4(float* p, float4 v) {
     atomicAdd(p + 1, v.y);
     atomicAdd(p + 2, v.z);
     atomicAdd(p + 3, v.w);
-#endif
-}
-
-// Ask L2 for the line holding p, to be kept ahead of streaming data (evict_last); sm_80 and
-// later. Only a hint: nothing waits for it. The CPU emulator's tests check the address through
-// EMU_CHECK_PREFETCH when they define it (inside a buffer: a prefetch out of bounds faults).
-__device__ __forceinline__ void prefetch_l2(const float* p) {
-#if defined(__CUDA_ARCH__)
-    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-#elif defined(EMU_CHECK_PREFETCH)
-    EMU_CHECK_PREFETCH(p, 16);
 #endif
 }
 
@@ -64,7 +55,7 @@ __device__ __forceinline__ void encoder_backward_vec4(float* __restrict__ dwte, 
         if (PREFETCH) {  // the ids land a round trip before the dout chunks: start the dwte fetches
 #pragma unroll
             for (int j = 0; j < BGROUP; j++)
-                if ((unsigned)tok[j] < (unsigned)V) prefetch_l2(dwte + tok[j] * C + c);  // V * C < 2^31
+                if ((unsigned)tok[j] < (unsigned)V) prefetch_l2_line(dwte + tok[j] * C + c);  // V * C < 2^31
         }
 #pragma unroll
         for (int j = 0; j < BGROUP; j++) {  // dwpe's sum, in order of b

@@ -50,6 +50,8 @@
 #ifndef KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
 #define KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
 
+#include "l2_prefetch.cuh"  // prefetch_l2_range: row ranges asked of L2 (sm_90 bulk prefetch)
+
 namespace ebfast {
 
 constexpr int SHORT_MAX = 8;  // groups of up to 8 positions: the leader's thread sums them
@@ -78,21 +80,6 @@ __device__ __forceinline__ unsigned mix(unsigned x) {
     x *= 0x846ca68bu;
     x ^= x >> 16;
     return x;
-}
-
-// Asks L2 to fetch [p, p + bytes) from DRAM (p and bytes multiples of 16) and returns at once:
-// sm_90's bulk prefetch (the TMA unit does it; no register waits for it). Only a hint: on other
-// GPUs, nothing. With per-thread addresses the compiler issues one per distinct address of the
-// warp, in a loop: a few dozen a block here. The range must lie inside a buffer: the CPU
-// emulator's tests check it through EMU_CHECK_PREFETCH when they define it.
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
-#if defined(__CUDA_ARCH__)
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-#elif defined(EMU_CHECK_PREFETCH)
-    EMU_CHECK_PREFETCH(p, bytes);
-#endif
 }
 
 // Fibonacci hashing: the top `bits` bits of v times 2^32 / golden ratio.
@@ -287,9 +274,9 @@ __device__ __forceinline__ void prefetch_group(const Elem* dwte, const Elem* dou
             int b = b0 + q / span, tp = ta + q % span;
             int ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
             unsigned bytes = (unsigned)((cb - ca) * VEC * sizeof(Elem));
-            prefetch_l2(dout + (b * T + tp) * C + ca * VEC, bytes);
+            prefetch_l2_range(dout + (b * T + tp) * C + ca * VEC, bytes);
             int h = s.own[b * span + tp - ta];
-            if (h >= 0) prefetch_l2(dwte + s.key[h] * C + ca * VEC, bytes);
+            if (h >= 0) prefetch_l2_range(dwte + s.key[h] * C + ca * VEC, bytes);
         }
     }
 }
@@ -371,7 +358,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     if constexpr (VEC * sizeof(Elem) % 16 == 0) {
         if (tid < span) {  // the block's chunks of dwpe's rows ta .. ta + span - 1
             int tp = ta + tid, ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
-            prefetch_l2(dwpe + tp * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
+            prefetch_l2_range(dwpe + tp * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
         }
     }
 
@@ -404,7 +391,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
             if constexpr (VEC * sizeof(Elem) % 16 == 0) {
                 int tp = ta + p % span, ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
                 if (p / span < BGROUP)
-                    prefetch_l2(dwte + v * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
+                    prefetch_l2_range(dwte + v * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
             }
         }
         s.own[p] = h;

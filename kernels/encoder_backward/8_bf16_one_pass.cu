@@ -67,7 +67,24 @@ Widths that are not a multiple of 8 take the same kernel with one channel a unit
 A block owns at most 512 positions (UB limits its units when C is tiny), so the table fits in
 shared memory at every size with B <= 256.
 
-Measured on the H100 (bench --all, three runs of 2026-11-24): 26.5-26.8 us against the copy's 19.9-20.4 us (0.74-0.77x): faster than version 6 (30.5-30.9 us) but well short of the prediction; no profile was taken to say where the rest goes.
+Measured on the H100 (bench --all, three runs of 2026-11-24): 26.5-26.8 us against the copy's
+19.9-20.4 us (0.74-0.77x): faster than version 6 (30.5-30.9 us) but well short of the prediction.
+Where the time goes: each block's thread 0 wrote %globaltimer (32 ns steps) after every phase,
+one launch after an L2 flush, three launches (an experiment copy of this header; the stamps'
+barriers add ~0.5 us). Medians over the 256 blocks, the slowest in brackets, us from the first
+block's start: table cleared 1.7 [1.9]; own ids in and inserted 6.8 [7.9]; scan done 10.9 [12.5];
+lists sorted 11.3 [13.3]; dwpe summed and dwte updated 18.0 [19.7]; end 18.7 [20.3]. So the
+prediction's error is the scan's chain: the block's own ids, though issued first, wait ~5 us in
+DRAM's queues behind the 12.6 MB of dout that every block asked for at the same moment (and the
+scan's ids, the same 32 KB fetched by whichever block asks first, wait there too); the scan then
+takes ~4 us; only after it can a dwte row be written, and the 13 MB of writes follow in a burst.
+Two reorderings, timed beside this version in one run: all of inp asked of L2 (one bulk
+prefetch) before any dout load, and the dout loads moved after the scan: own ids in at 3.2 us,
+scan done at 7.3, end at 17.0; 25.9 us against 26.6 (3%), because DRAM now idles during the scan.
+The same plus dout asked of L2 at the start: 26.7 us. The scan itself (every block filters all
+8192 ids) is the cost a faster design must remove: each position's count and leader known from
+one pass of atomics on a per-token table in scratch (V ints, zeroed by a memset step) instead of
+256 scans, so that the dout stream can start at once; not built yet.
 """
 block_sizes = [128, 256, 384]
 preconditions = ["B <= 256"]  # a block's positions (B x its time steps) must fit its 512-position table

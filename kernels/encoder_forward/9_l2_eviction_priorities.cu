@@ -32,6 +32,9 @@ on the H100 (run --sweep V=4096..524288:x4, the copy of the same bytes beside ea
 25.7, 26.2, 26.4 and 26.2 us from V = 16384 to 524288 (a 50 MB to a 1.6 GB table), 1.08-1.11x the
 copy's time throughout; only at V = 4096, where each row is drawn about twice and the repeats
 come from L2, does it match the copy (24.1 against 23.9 us).
+Measured later (version 10's header): the pattern is the smaller part. With the ids in table
+order version 3 takes 25.7 us against 26.2 with random ids; without the token load at all, 25.0:
+the dependent round trip on the token, not the rows' places, is most of the gap.
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [128, 256, 512, 1024]

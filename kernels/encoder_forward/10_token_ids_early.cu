@@ -1,0 +1,58 @@
+/*
+title = "Version 3 with the token's round trip shortened: all ids asked of L2 at the start, wpe loaded before the token"
+changed = "Version 3's grid of float4 threads with two changes at the top of the kernel: block 0 asks L2 for the whole of inp (one bulk prefetch, 32 KB at the default sizes), so every later block finds its token in L2 instead of DRAM; and each thread loads its wpe float4, which needs no token, before its token, so the two are in flight together and only the wte load waits."
+why = """
+Where version 3's time goes, measured on the H100 (2026-11-24, experiment copies of version 3
+timed beside it, L2 flushed): with the token ids in sequential order (id n = n % V: the rows are
+read in table order, as a copy reads) 25.7 us, against 26.2 us with the family's random ids and
+26.1 us with the random ids sorted: the gather's pattern costs ~2%. With the token not loaded at
+all (computed from the position, a diagnostic that fails the check) 25.0 us against 26.0 us:
+the token's round trip costs ~4%, and it is the larger part of the gap to the copy (24.0 us).
+Version 9's header guessed the pattern; this measurement says the dependency.
+
+Each thread of version 3 waits for its token (a DRAM round trip: the 32 KB of ids are read
+nowhere else first) and only then issues its wte and wpe loads. Two changes remove most of that
+wait without changing the grid's shape, which versions 6 and 8 showed is worth keeping:
+* block 0's first thread asks L2 for all of inp with one bulk prefetch (sm_90; a hint, nothing
+  on older GPUs). The first wave's threads still go to DRAM for their ids, but the other ~80% of
+  blocks start after the ids have landed in L2, and their token load is an L2 hit;
+* the wpe load needs no token: it is issued before the token load, so its latency overlaps the
+  token's instead of following it.
+A token outside the vocabulary still writes NaN (the wpe value loaded for it is dropped).
+Tried beside version 3 (bench encoder_forward, experiment copies, two runs): the prefetch alone
+25.9 and 25.7 us (version 3 25.7 and 25.9); with the wpe load first 25.3 and 25.7 us. Prediction:
+~25.4 us, 0.94-0.95x the copy; the rest of the gap is the first wave's DRAM round trip on its
+ids and the gather's pattern.
+"""
+preconditions = ["C % 4 == 0"]
+block_sizes = [64, 128, 256, 512, 1024]
+
+[[launch]]
+kernel = "encoder_forward10"
+grid = "cdiv(N * C // 4, block_size)"
+block = "block_size"
+args = ["out", "inp", "wte", "wpe", "B", "T", "C", "V"]
+*/
+#include "l2_prefetch.cuh"  // prefetch_l2_range: inp asked of L2 in one instruction (sm_90)
+
+extern "C" __global__ void encoder_forward10(float* out, const int* __restrict__ inp,
+                                             const float* __restrict__ wte,
+                                             const float* __restrict__ wpe, int B, int T, int C,
+                                             int V) {
+    unsigned id_bytes = (unsigned)(B * T) * 4u & ~15u;  // whole 16-byte units (the tail is < 16 B)
+    if (blockIdx.x == 0 && threadIdx.x == 0 && id_bytes > 0) prefetch_l2_range(inp, id_bytes);
+    int C4 = C / 4;
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;  // which float4 of out
+    if (idx >= B * T * C4) return;
+    int bt = idx / C4, c4 = idx % C4;
+    int t = bt % T;
+    float4 p = __ldg(reinterpret_cast<const float4*>(wpe + (size_t)t * C) + c4);  // needs no token
+    int token = __ldg(inp + bt);
+    if (token < 0 || token >= V) {  // outside the vocabulary: NaN, loudly
+        float nan = __int_as_float(0x7fc00000);
+        __stcs(reinterpret_cast<float4*>(out) + idx, make_float4(nan, nan, nan, nan));
+        return;
+    }
+    float4 w = __ldg(reinterpret_cast<const float4*>(wte + (size_t)token * C) + c4);
+    __stcs(reinterpret_cast<float4*>(out) + idx, make_float4(w.x + p.x, w.y + p.y, w.z + p.z, w.w + p.w));
+}
