@@ -19,7 +19,9 @@ bought nothing, which is what the L2 argument above predicts, and the reads lost
 order within the tile.
 
 Measured on the H100 (experiment copy of this kernel, bench permute, 2026-11-24, in one run):
-57.9 us against the copy's 56.4 us (0.975x); version 2 59.1 us (0.954x).
+57.9 us against the copy's 56.4 us (0.975x); version 2 59.1 us (0.954x). As committed, bench
+permute: 57.8 us against 56.4 (0.976x), version 2 58.8 (0.959x); bench --all at 7c8eef7: 57.4 us
+against 56.7 (0.988x), version 2 59.2 (0.958x).
 """
 preconditions = ["HS % 4 == 0", "3 * N < 2**31"]
 block_sizes = [128, 256, 512, 1024]
