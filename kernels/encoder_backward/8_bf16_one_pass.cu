@@ -81,10 +81,19 @@ takes ~4 us; only after it can a dwte row be written, and the 13 MB of writes fo
 Two reorderings, timed beside this version in one run: all of inp asked of L2 (one bulk
 prefetch) before any dout load, and the dout loads moved after the scan: own ids in at 3.2 us,
 scan done at 7.3, end at 17.0; 25.9 us against 26.6 (3%), because DRAM now idles during the scan.
-The same plus dout asked of L2 at the start: 26.7 us. The scan itself (every block filters all
-8192 ids) is the cost a faster design must remove: each position's count and leader known from
-one pass of atomics on a per-token table in scratch (V ints, zeroed by a memset step) instead of
-256 scans, so that the dout stream can start at once; not built yet.
+The same plus dout asked of L2 at the start: 26.7 us. The dout loads issued once the own ids
+are in, before the scan: 28.7 us, the worst, because a thread cannot go on to the scan until its
+eight loads are issued, and 12.6 MB of loads are accepted only as fast as DRAM returns earlier
+ones (the stamp after them reads 8-9 us). What these say a faster design needs: DRAM busy from
+the first microsecond without warps stuck issuing loads (bulk copies of the block's dout rows
+into shared memory, which no thread waits on until it uses them), and the dwte writes starting
+while reads are still in flight (a barrier per b, so that a position's row is written as soon as
+it has landed and the scan is done) instead of one 13 MB burst at the end. Estimated: ~16 us of
+kernel, still ~0.9x the copy, because the ids' round trip before any dwte row can be written
+stays. A count-table prototype (a memset, a kernel counting each token with atomics and ranking
+its positions by the atomics' order, then the stream) ran 44 us at its first try, each thread
+updating its rows one round trip after another: the extra launches are not the problem, the
+shape is.
 """
 block_sizes = [128, 256, 384]
 preconditions = ["B <= 256"]  # a block's positions (B x its time steps) must fit its 512-position table
