@@ -28,7 +28,10 @@ Measured on the H100 (2026-11-24, commit 7c8eef7): bench --all 25.4 us against t
 us (0.95x), version 3 26.2 us (0.92x) in the same run; interleaved with version 3 three times
 each (block 256, results/h100-encoder-forward-interleaved-2026-11-24.txt) 25.8, 25.8 and 26.0 us
 against 26.3, 26.2 and 26.1: 1.3% faster, 0.92-0.93x the copy timed beside each. So about the
-prediction, and the bar of 0.95x is met in one measurement of two.
+prediction, and the bar of 0.95x is met in one measurement of two. Three more runs of the family
+(same file): 25.7, 26.0 and 25.7 us (0.91-0.94x), version 3 25.9, 25.8 and 26.2. Two or four
+float4 of one row a thread (one token load for all of them; experiments beside it in those runs)
+took 25.5-25.8 us: no faster, so the token wait left is not per thread but the first wave's.
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]

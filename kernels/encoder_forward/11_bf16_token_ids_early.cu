@@ -14,7 +14,8 @@ token loaded a row ahead) gets there by reshaping the grid; this one keeps versi
 Measured on the H100 (2026-11-24, commit 7c8eef7): bench --all 14.9 us against the copy's 14.4 us
 (0.97x), versions 5 and 7 15.2 us each in the same run; interleaved (block 256, twice each,
 results/h100-encoder-forward-interleaved-2026-11-24.txt) 15.2 and 15.0 us against version 5's
-15.3 and 15.3 and version 7's 15.2 and 15.2, 0.92-0.94x the copy timed beside each.
+15.3 and 15.3 and version 7's 15.2 and 15.2, 0.92-0.94x the copy timed beside each. Three more
+runs of the family: 14.9, 15.1 and 15.1 us (0.93-0.95x), version 5 15.3, 15.3 and 15.1.
 """
 preconditions = ["C % 8 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]
