@@ -334,7 +334,62 @@ __device__ __forceinline__ void positions(const Row<Elem, VEC> (&d)[BGROUP], int
     }
 }
 
-template <int VEC, int VEC_MAX, typename Elem>
+// ---- BULK (version 9): the first BGROUP dout rows of the block through the TMA unit ----------
+// For each b < BGROUP the block's units [u0, u1) of dout row-block b are one contiguous range
+// ((b * T * CU + u0) units of 16 bytes on): one bulk copy each into the tile in shared memory,
+// completing on mbarrier b. No thread waits to issue them (a plain load stalls its warp once
+// the memory system stops accepting more), and no register holds them until they are used.
+// On GPUs before sm_90 (and on the CPU emulator) each thread copies its own chunks instead, so
+// the tile's indexing is the same and no barrier is needed (a thread reads only what it wrote).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+#endif
+
+__device__ __forceinline__ void bulk_init(unsigned long long* bars, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+        for (int j = 0; j < n; j++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bars + j)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+#endif
+}
+
+// Thread 0 (sm_90) or every active thread (otherwise): tile[j * UB + i] = unit u0 + i of dout's
+// row-block j, for j < nb.
+__device__ __forceinline__ void bulk_issue(int4* tile, unsigned long long* bars, const int4* dout_units, int nb,
+                                           int TCU, int u0, int u1, int UB, bool active) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+        unsigned bytes = (unsigned)(u1 - u0) * 16u;
+        for (int j = 0; j < nb; j++) {
+            unsigned bar = smem_addr(bars + j);
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         ::"r"(smem_addr(tile + j * UB)), "l"(dout_units + (size_t)j * TCU + u0), "r"(bytes), "r"(bar)
+                         : "memory");
+        }
+    }
+#else
+    if (active)
+        for (int j = 0; j < nb; j++) tile[j * UB + threadIdx.x] = dout_units[(size_t)j * TCU + u0 + threadIdx.x];
+#endif
+}
+
+// Waits until row-block j has landed (sm_90; elsewhere the thread's own copy is already there).
+__device__ __forceinline__ void bulk_wait(unsigned long long* bars, int j) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned bar = smem_addr(bars + j), done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar) : "memory");
+#endif
+}
+
+// BULK: the dynamic shared memory starts with the tile (BGROUP * UB units of 16 bytes) and BGROUP
+// mbarriers (4 more units), then the layout above.
+__device__ __forceinline__ int bulk_units(int UB) { return BGROUP * UB + BGROUP / 2; }
+
+template <int VEC, int VEC_MAX, typename Elem, bool BULK = false>
 __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, const Elem* dout,
                                       const int* inp, int B, int T, int C, int V, int UB, int PB, int bits) {
     const int CU = C / VEC, N = B * T, bs = blockDim.x, tid = threadIdx.x;
@@ -348,9 +403,20 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     //    positions, in flight from DRAM while the block scans the ids (from L2). Its dwpe chunk
     //    is only asked of L2 (held in registers from here, it would be spilled at 80).
     // The block's own token ids (the table's keys) go out first: they start its critical path.
+    // BULK: all of inp is asked of L2 first (one bulk prefetch), so that the scan's ids are not
+    // queued in DRAM behind dout; the dout rows are requested only once the own ids are in.
+    int4* tile = reinterpret_cast<int4*>(shared4);
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4 + BGROUP * UB);
+    static_assert(!BULK || VEC * sizeof(Elem) == 16, "BULK moves 16-byte units");
+    if constexpr (BULK) {
+        unsigned id_bytes = (unsigned)N * 4u & ~15u;
+        if (tid == 0 && id_bytes > 0) prefetch_l2_range(inp, id_bytes);
+        bulk_init(bars, BGROUP);
+        shared4 += bulk_units(UB);
+    }
     const int my_id = tid < P ? __ldg(inp + (tid / span) * T + ta + tid % span) : EMPTY;
     Row<Elem, VEC> d[BGROUP];
-    if (active) {
+    if (!BULK && active) {
 #pragma unroll
         for (int j = 0; j < BGROUP; j++)
             if (j < B) d[j].load(dout + (j * T + t) * C + c);  // N * C < 2^31 (family precondition)
@@ -397,6 +463,8 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
         s.own[p] = h;
     }
     __syncthreads();
+    if constexpr (BULK)  // the own ids are in: now the dout rows (the barrier made the init visible)
+        bulk_issue(tile, bars, reinterpret_cast<const int4*>(dout), min(B, BGROUP), T * CU, u0, u1, UB, active);
 
     // 3. Every position of inp counted against the table: each own token's count, leader and
     //    (up to SHORT_MAX) positions.
@@ -426,6 +494,14 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     float acc[VEC];
     zero<VEC>(acc);
     prefetch_group<VEC>(dwte, dout, BGROUP, B, T, C, CU, u0, u1, ta, span, s);
+    if constexpr (BULK) {
+        for (int j = 0; j < min(B, BGROUP); j++) bulk_wait(bars, j);
+        if (active) {
+#pragma unroll
+            for (int j = 0; j < BGROUP; j++)
+                if (j < B) d[j].load(reinterpret_cast<const Elem*>(tile + j * UB + tid));
+        }
+    }
     positions<VEC>(d, 0, acc, dwte, dout, B, T, C, t, c, ta, span, active, s);
     for (int b0 = BGROUP; b0 < B; b0 += BGROUP) {  // B > 8: the next group's dout chunks
         prefetch_group<VEC>(dwte, dout, b0 + BGROUP, B, T, C, CU, u0, u1, ta, span, s);
