@@ -142,7 +142,9 @@ __device__ __forceinline__ unsigned passes(int v, const Smem& s) {
 
 // Every id of inp, four to a 16-byte load and four loads in flight a thread: filtered, and the
 // few that pass probed.
-__device__ void scan_ids(const int* inp, int N, int V, const Smem& s) {
+// units: where the whole 16-byte units of inp are read from (version 9: a copy in shared memory;
+// null: inp itself, through the read-only path).
+__device__ void scan_ids(const int* inp, int N, int V, const Smem& s, const int4* units = nullptr) {
     int bs = blockDim.x;
     int nq = (reinterpret_cast<size_t>(inp) & 15) == 0 ? N / 4 : 0;
     const int4* q = reinterpret_cast<const int4*>(inp);
@@ -151,7 +153,7 @@ __device__ void scan_ids(const int* inp, int N, int V, const Smem& s) {
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             x[r] = {EMPTY, EMPTY, EMPTY, EMPTY};  // defined on every path: see Row's note in version 8
-            if (i0 + r * bs < nq) x[r] = __ldg(q + i0 + r * bs);
+            if (i0 + r * bs < nq) x[r] = units ? units[i0 + r * bs] : __ldg(q + i0 + r * bs);
         }
 #pragma unroll
         for (int r = 0; r < 4; r++) {
@@ -375,6 +377,21 @@ __device__ __forceinline__ void bulk_issue(int4* tile, unsigned long long* bars,
 #endif
 }
 
+// The whole 16-byte units of inp (nq of them) into ids: one bulk copy completing on bar (sm_90),
+// or a copy by the block's threads (elsewhere: the block's next barrier orders it).
+__device__ __forceinline__ void bulk_ids(int4* ids, unsigned long long* bar, const int* inp, int nq) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0 && nq > 0) {
+        unsigned b = smem_addr(bar), bytes = (unsigned)nq * 16u;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_addr(ids)), "l"(inp), "r"(bytes), "r"(b) : "memory");
+    }
+#else
+    for (int i = threadIdx.x; i < nq; i += blockDim.x) ids[i] = reinterpret_cast<const int4*>(inp)[i];
+#endif
+}
+
 // Waits until row-block j has landed (sm_90; elsewhere the thread's own copy is already there).
 __device__ __forceinline__ void bulk_wait(unsigned long long* bars, int j) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -385,13 +402,17 @@ __device__ __forceinline__ void bulk_wait(unsigned long long* bars, int j) {
 #endif
 }
 
-// BULK: the dynamic shared memory starts with the tile (BGROUP * UB units of 16 bytes) and BGROUP
-// mbarriers (4 more units), then the layout above.
-__device__ __forceinline__ int bulk_units(int UB) { return BGROUP * UB + BGROUP / 2; }
+// BULK: the dynamic shared memory starts with the tile (BGROUP * UB units of 16 bytes), BGROUP + 1
+// mbarriers (5 more units: the last one is the ids'), the ids' units when they are copied (nq),
+// then the layout above.
+__device__ __forceinline__ int bulk_units(int UB, int nq) { return BGROUP * UB + BGROUP / 2 + 1 + nq; }
 
+// ids_in_smem (BULK only): all of inp's whole units are copied into shared memory at the start
+// and scanned there (the launch gives the room: 16 bytes a unit).
 template <int VEC, int VEC_MAX, typename Elem, bool BULK = false>
 __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, const Elem* dout,
-                                      const int* inp, int B, int T, int C, int V, int UB, int PB, int bits) {
+                                      const int* inp, int B, int T, int C, int V, int UB, int PB, int bits,
+                                      bool ids_in_smem = false) {
     const int CU = C / VEC, N = B * T, bs = blockDim.x, tid = threadIdx.x;
     const int u0 = blockIdx.x * UB, u1 = min(u0 + UB, T * CU);
     const int ta = u0 / CU, span = (u1 - 1) / CU - ta + 1, P = B * span;  // P <= PB
@@ -408,11 +429,16 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     int4* tile = reinterpret_cast<int4*>(shared4);
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4 + BGROUP * UB);
     static_assert(!BULK || VEC * sizeof(Elem) == 16, "BULK moves 16-byte units");
+    int4* ids = reinterpret_cast<int4*>(shared4 + BGROUP * UB + BGROUP / 2 + 1);
+    const int ids_nq = BULK && ids_in_smem && (reinterpret_cast<size_t>(inp) & 15) == 0 ? N / 4 : 0;
     if constexpr (BULK) {
         unsigned id_bytes = (unsigned)N * 4u & ~15u;
-        if (tid == 0 && id_bytes > 0) prefetch_l2_range(inp, id_bytes);
-        bulk_init(bars, BGROUP);
-        shared4 += bulk_units(UB);
+        bulk_init(bars, BGROUP + 1);
+        if (ids_nq > 0)
+            bulk_ids(ids, bars + BGROUP, inp, ids_nq);  // the scan's ids, before any other request
+        else if (tid == 0 && id_bytes > 0)
+            prefetch_l2_range(inp, id_bytes);
+        shared4 += bulk_units(UB, ids_nq);
     }
     const int my_id = tid < P ? __ldg(inp + (tid / span) * T + ta + tid % span) : EMPTY;
     Row<Elem, VEC> d[BGROUP];
@@ -468,7 +494,8 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
 
     // 3. Every position of inp counted against the table: each own token's count, leader and
     //    (up to SHORT_MAX) positions.
-    scan_ids(inp, N, V, s);
+    if (BULK && ids_nq > 0) bulk_wait(bars, BGROUP);
+    scan_ids(inp, N, V, s, BULK && ids_nq > 0 ? ids : nullptr);
     __syncthreads();
 
     // 4. Short lists in ascending order (they were filled in scan order); the long groups' leaders.
