@@ -42,7 +42,13 @@ first request of every block (the 12.6 MB of dout copies and the dwte prefetches
 that got theirs first overtake them in DRAM's queues), and the scan still takes ~3.2 us with every
 id in shared memory: it is the filter's own work (8192 ids a block, two blocks an SM), not L2
 latency. A first form of this version (the dout tile only, the ids scanned from L2) measured 28.4
-and 28.6 us: its scan took 6-7 us while the copies streamed. What is left to try: a scan shared
+and 28.6 us: its scan took 6-7 us while the copies streamed. ncu of this one (one launch, warp
+state samples by instruction): half of the warps' time is in the updates after the plan, waiting
+on loads: version 8's updates take three dependent round trips a thread (two batches of four
+dwte chunks, each with the group's first dout row re-read, then dwpe's chunk). A variant that read
+dout from the tile and loaded all eight dwte chunks and the dwpe chunk at once (one round trip,
+the same sums) measured 27.9 and 27.9 us against version 8's 26.7 and 27.0: slower (ptxas
+spilled 16 bytes under the 80-register bound, and the loads came as one burst), so not kept. What is left to try: a scan shared
 by a cluster of blocks (each scans an eighth of the ids against its neighbours' tables through
 distributed shared memory) to cut the 3.2 us, and the first dwte writes started before the
 scan ends for positions the block already knows are alone.
