@@ -345,6 +345,15 @@ __device__ __forceinline__ void positions(const Row<Elem, VEC> (&d)[BGROUP], int
 // the tile's indexing is the same and no barrier is needed (a thread reads only what it wrote).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// One bulk copy of `bytes` (a multiple of 16) from global src to shared dst, completing on bar
+// (which this thread's arrival tells how many bytes to wait for). sm_90 only.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    unsigned b = smem_addr(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(b) : "memory");
+}
 #endif
 
 __device__ __forceinline__ void bulk_init(unsigned long long* bars, int n) {
@@ -362,14 +371,8 @@ __device__ __forceinline__ void bulk_issue(int4* tile, unsigned long long* bars,
                                            int TCU, int u0, int u1, int UB, bool active) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
-        unsigned bytes = (unsigned)(u1 - u0) * 16u;
-        for (int j = 0; j < nb; j++) {
-            unsigned bar = smem_addr(bars + j);
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                         ::"r"(smem_addr(tile + j * UB)), "l"(dout_units + (size_t)j * TCU + u0), "r"(bytes), "r"(bar)
-                         : "memory");
-        }
+        for (int j = 0; j < nb; j++)
+            bulk_copy(tile + j * UB, dout_units + (size_t)j * TCU + u0, (unsigned)(u1 - u0) * 16u, bars + j);
     }
 #else
     if (active)
@@ -381,12 +384,7 @@ __device__ __forceinline__ void bulk_issue(int4* tile, unsigned long long* bars,
 // or a copy by the block's threads (elsewhere: the block's next barrier orders it).
 __device__ __forceinline__ void bulk_ids(int4* ids, unsigned long long* bar, const int* inp, int nq) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0 && nq > 0) {
-        unsigned b = smem_addr(bar), bytes = (unsigned)nq * 16u;
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_addr(ids)), "l"(inp), "r"(bytes), "r"(b) : "memory");
-    }
+    if (threadIdx.x == 0 && nq > 0) bulk_copy(ids, inp, (unsigned)nq * 16u, bar);
 #else
     for (int i = threadIdx.x; i < nq; i += blockDim.x) ids[i] = reinterpret_cast<const int4*>(inp)[i];
 #endif
@@ -424,20 +422,20 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     //    positions, in flight from DRAM while the block scans the ids (from L2). Its dwpe chunk
     //    is only asked of L2 (held in registers from here, it would be spilled at 80).
     // The block's own token ids (the table's keys) go out first: they start its critical path.
-    // BULK: all of inp is asked of L2 first (one bulk prefetch), so that the scan's ids are not
-    // queued in DRAM behind dout; the dout rows are requested only once the own ids are in.
+    // BULK: the scan's ids are requested first (copied into shared memory when ids_in_smem, else
+    // asked of L2 with one bulk prefetch), so they are not queued in DRAM behind dout; the dout
+    // rows are requested only once the own ids are in.
     int4* tile = reinterpret_cast<int4*>(shared4);
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4 + BGROUP * UB);
     static_assert(!BULK || VEC * sizeof(Elem) == 16, "BULK moves 16-byte units");
     int4* ids = reinterpret_cast<int4*>(shared4 + BGROUP * UB + BGROUP / 2 + 1);
     const int ids_nq = BULK && ids_in_smem && (reinterpret_cast<size_t>(inp) & 15) == 0 ? N / 4 : 0;
     if constexpr (BULK) {
-        unsigned id_bytes = (unsigned)N * 4u & ~15u;
         bulk_init(bars, BGROUP + 1);
         if (ids_nq > 0)
             bulk_ids(ids, bars + BGROUP, inp, ids_nq);  // the scan's ids, before any other request
-        else if (tid == 0 && id_bytes > 0)
-            prefetch_l2_range(inp, id_bytes);
+        else if (tid == 0)
+            prefetch_l2_ints(inp, N);
         shared4 += bulk_units(UB, ids_nq);
     }
     const int my_id = tid < P ? __ldg(inp + (tid / span) * T + ta + tid % span) : EMPTY;
@@ -494,8 +492,8 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
 
     // 3. Every position of inp counted against the table: each own token's count, leader and
     //    (up to SHORT_MAX) positions.
-    if (BULK && ids_nq > 0) bulk_wait(bars, BGROUP);
-    scan_ids(inp, N, V, s, BULK && ids_nq > 0 ? ids : nullptr);
+    if (ids_nq > 0) bulk_wait(bars, BGROUP);  // (ids_nq is 0 without BULK)
+    scan_ids(inp, N, V, s, ids_nq > 0 ? ids : nullptr);
     __syncthreads();
 
     // 4. Short lists in ascending order (they were filled in scan order); the long groups' leaders.

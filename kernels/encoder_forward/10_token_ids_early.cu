@@ -42,14 +42,13 @@ grid = "cdiv(N * C // 4, block_size)"
 block = "block_size"
 args = ["out", "inp", "wte", "wpe", "B", "T", "C", "V"]
 */
-#include "l2_prefetch.cuh"  // prefetch_l2_range: inp asked of L2 in one instruction (sm_90)
+#include "l2_prefetch.cuh"  // prefetch_l2_ints: inp asked of L2 in one instruction (sm_90)
 
 extern "C" __global__ void encoder_forward10(float* out, const int* __restrict__ inp,
                                              const float* __restrict__ wte,
                                              const float* __restrict__ wpe, int B, int T, int C,
                                              int V) {
-    unsigned id_bytes = (unsigned)(B * T) * 4u & ~15u;  // whole 16-byte units (the tail is < 16 B)
-    if (blockIdx.x == 0 && threadIdx.x == 0 && id_bytes > 0) prefetch_l2_range(inp, id_bytes);
+    if (blockIdx.x == 0 && threadIdx.x == 0) prefetch_l2_ints(inp, B * T);
     int C4 = C / 4;
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // which float4 of out
     if (idx >= B * T * C4) return;

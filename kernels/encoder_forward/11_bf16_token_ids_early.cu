@@ -27,14 +27,13 @@ block = "block_size"
 args = ["out", "inp", "wte", "wpe", "B", "T", "C", "V"]
 */
 #include "bf16.cuh"         // bf16, Pack8, load8/store8_stream, to_float/to_bf16
-#include "l2_prefetch.cuh"  // prefetch_l2_range: inp asked of L2 in one instruction (sm_90)
+#include "l2_prefetch.cuh"  // prefetch_l2_ints: inp asked of L2 in one instruction (sm_90)
 
 extern "C" __global__ void encoder_forward11(bf16* out, const int* __restrict__ inp,
                                              const bf16* __restrict__ wte,
                                              const bf16* __restrict__ wpe, int B, int T, int C,
                                              int V) {
-    unsigned id_bytes = (unsigned)(B * T) * 4u & ~15u;  // whole 16-byte units (the tail is < 16 B)
-    if (blockIdx.x == 0 && threadIdx.x == 0 && id_bytes > 0) prefetch_l2_range(inp, id_bytes);
+    if (blockIdx.x == 0 && threadIdx.x == 0) prefetch_l2_ints(inp, B * T);
     int C8 = C / 8;
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // which Pack8 of out
     if (idx >= B * T * C8) return;
