@@ -96,3 +96,15 @@ def test_bytes_at_bf16_count_each_argument_at_its_width():
     assert fam.bytes_moved(s, "bf16") == 2 * (3 * B * T * C + B * T * C) + 4 * B * NH * T
     assert [a.dtype for a in fam.args_for("bf16")] == ["bf16", "f32", "bf16"]
     assert fam.version(9).precision == "bf16" and fam.version(9).args[0].dtype == "bf16"
+
+
+def test_a_lazy_case_array_is_made_on_first_use_only():
+    from workbench.providers import _host_ramp, _Lazy
+    made = []
+    arrays = _Lazy(dst=lambda: made.append(1) or _host_ramp((1 << 24) + 3))
+    assert "dst" in arrays and "src" not in arrays and not made
+    first = arrays["dst"]
+    assert arrays["dst"] is first and made == [1]
+    # above 2^24 float32 holds even integers only: i rounds to nearest, ties to even (as the
+    # device's (float)i does)
+    assert first.dtype == np.float32 and list(first[-3:]) == [16777216.0, 16777216.0, 16777218.0]

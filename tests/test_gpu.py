@@ -97,6 +97,38 @@ def test_a_faulty_version_is_reported_and_the_bench_goes_on():
     assert fam.copy is not None and fam.copy.passed, "the copy baseline is a row like any other"
 
 
+def test_the_copy_baseline_checks_every_word_of_the_ramp_it_writes_on_the_device():
+    """The copy's source and expected output are one ramp written on the device; a copy one word
+    short fails at exactly that word, listed against the host's ramp (the same rounding above
+    2^24, where float32 skips integers)."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+    from workbench.providers import CopyProvider, run_row
+    from workbench.results import Row
+
+    class OneWordShort(CopyProvider):
+        def prepare(self, bufs, config):
+            dst, src, n = bufs.buffers["dst"].ptr, bufs.buffers["src"].ptr, self.words * 4 - 4
+            return (lambda stream: drv.memcpy_dtod_async(dst, src, n, stream)), None
+
+    words = (1 << 24) + 5
+    rows = {}
+    for provider in (CopyProvider(8 * words), OneWordShort(8 * words)):
+        case, shapes = provider.case()
+        try:
+            rows[type(provider).__name__] = run_row(provider, "copy", [case], lambda c, s=shapes: s, {"time": False},
+                                                    lambda text: None, Row("copy", "copy"))
+        finally:
+            provider.close()
+    assert rows["CopyProvider"].status == "passed"
+    short = rows["OneWordShort"]
+    assert short.status == "failed"
+    report = short.failures[0]["args"][0]
+    assert report["bad"] == 1 and report["total"] == words
+    assert report["first"][0]["index"] == [words - 1]
+    assert report["first"][0]["expected"] == float(np.float32(words - 1)) and np.isnan(report["first"][0]["got"])
+
+
 def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_restored():
     """Versions open the family's cases, staged once on the device, through IPC handles: one that
     writes into them must not pass, nor leave the next version a corrupted case."""

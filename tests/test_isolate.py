@@ -38,3 +38,23 @@ def test_a_long_lived_child_answers_every_job_itself():
         assert len(pids) == 1
     finally:
         server.close()
+
+
+def test_a_jobs_hand_offs_are_timed_on_both_sides():
+    import time
+    from workbench.bench import hand_offs
+    from workbench.results import Row
+    server = Server(jobs_per_child=1)  # none started ahead: this job waits for its child's start
+    try:
+        res = server.run({"job": "probe", "root": "."}, timeout=120)
+    finally:
+        server.close()
+    clock = res["clock"]
+    assert clock["sent"] <= res["began"] <= res["ended"] <= clock["answered"] <= clock["exited"] <= time.monotonic()
+    row = Row("version", "f", 1)
+    row.phases = {"check": (res["ended"] - res["began"]) / 2}
+    parts = hand_offs(res, [row])
+    assert set(parts) == {"child start", "job set-up", "child exit"}
+    assert parts["child start"] > 0.01, "an interpreter's start is not free"
+    assert abs(parts["job set-up"] - row.phases["check"]) < 1e-6
+    assert hand_offs({**res, "clock": None}, [row]) == {}

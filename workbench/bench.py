@@ -109,12 +109,14 @@ class Session:
     def __exit__(self, *exc):
         self.close()
 
-    def _spent(self, what: str, since: float, rows: list[Row] = ()) -> None:
+    def _spent(self, what: str, since: float, rows: list[Row] = (), res: dict | None = None) -> None:
         self.seconds[what] = round(self.seconds.get(what, 0.0) + time.perf_counter() - since, 1)
         phases = self.phases.setdefault(what, {}) if rows else {}
         for row in rows:
             for phase, sec in row.phases.items():
                 phases[phase] = round(phases.get(phase, 0.0) + sec, 2)
+        for phase, sec in (hand_offs(res, rows) if res and rows else {}).items():
+            phases[phase] = round(phases.get(phase, 0.0) + sec, 2)
 
     # -- the device -----------------------------------------------------------------------
     def device(self, refresh: bool = False) -> dict:
@@ -323,7 +325,7 @@ class Session:
         t0 = time.perf_counter()
         res = self._version_server().run(req, self.options.timeout)
         rows = rows_from(res, req, family.name)
-        self._spent("versions", t0, rows)
+        self._spent("versions", t0, rows, res)
         if staged and not str(res.get("staging", "")).startswith("used"):  # it uploaded its own
             self.staging_misses.append(f"{version.label}: staged cases {res.get('staging', 'not opened')}")
             self.progress(self.staging_misses[-1])
@@ -362,8 +364,9 @@ class Session:
         self.progress(f"{family.name}: baselines ({', '.join(s['kind'] for s in specs)})")
         server = self._baseline_server()
         t0 = time.perf_counter()
-        rows = rows_from(server.run(req, self.options.timeout * len(specs)), req, family.name)
-        self._spent("baselines", t0, rows)
+        res = server.run(req, self.options.timeout * len(specs))
+        rows = rows_from(res, req, family.name)
+        self._spent("baselines", t0, rows, res)
         by_kind = {r.kind: r for r in rows}
         return by_kind.get("torch", torch_row), by_kind.get("copy")
 
@@ -530,6 +533,22 @@ def rows_from(res: dict, req: dict, family: str) -> list[Row]:
         for r in rows:
             r.status, r.reason = res["status"], res.get("reason")
     return rows
+
+
+def hand_offs(res: dict, rows: list[Row]) -> dict[str, float]:
+    """A job's seconds outside its rows' phases, from the parent's and the child's clocks (one
+    system clock): 'child start' from the request sent to the child beginning it (a child not
+    yet ready: its imports and CUDA context), 'job set-up' the child's own work around the rows
+    (opening the staged cases, reading the family), 'child exit' from its answer written to the
+    parent done with it (a one-job child's exit and CUDA teardown). Empty when a clock is
+    missing (a crashed child)."""
+    clock, began, ended = res.get("clock") or {}, res.get("began"), res.get("ended")
+    if not clock or began is None or ended is None:
+        return {}
+    in_rows = sum(sum(r.phases.values()) for r in rows)
+    return {"child start": max(0.0, began - clock["sent"]),
+            "job set-up": max(0.0, ended - began - in_rows),
+            "child exit": max(0.0, clock["exited"] - ended)}
 
 
 def build_cases(root: str, family_name: str, precision: str, plan, folder: str) -> list[str]:

@@ -115,6 +115,7 @@ class Server:
         folder = Path(self._tmp.name) / str(self._n)
         folder.mkdir()
         req, out = _write_request(str(folder), job)
+        sent = time.monotonic()
         try:
             proc = self._child()
             proc.stdin.write(f"{req}\n".encode())
@@ -144,6 +145,7 @@ class Server:
                 seen += chunk
                 # the answer is a line "done"; anything else a library printed is not
                 answered = b"\ndone\n" in b"\n" + seen
+        answered_at = time.monotonic()
         stderr = ""
         # A child done with its one job is waited for: letting it tear its CUDA context down while
         # the next version works made the checks and baselines slower on the H100 (+21 s in a
@@ -159,7 +161,10 @@ class Server:
                 self.proc = None
         elif proc.poll() is not None:  # answered, then exited (it does after a crashed context)
             self.proc = None
-        return _finish(_read(out), timed_out, timeout, proc.returncode if not answered else 0, stderr)
+        result = _finish(_read(out), timed_out, timeout, proc.returncode if not answered else 0, stderr)
+        # the parent's side of the hand-off (bench.py names where a version's seconds went)
+        result["clock"] = {"sent": sent, "answered": answered_at, "exited": time.monotonic()}
+        return result
 
     def close(self) -> None:
         for proc in [self.proc, *self._ahead]:

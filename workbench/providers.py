@@ -141,7 +141,8 @@ class CaseBuffers:
 
 
 class Provider:
-    """What fills one row. Subclasses say what they compute and how it is launched."""
+    """What fills one row. Subclasses say what they compute and how it is launched; `close`
+    frees what a provider holds on the device."""
 
     kind = "version"
     title = ""
@@ -180,6 +181,9 @@ class Provider:
 
     def described(self) -> list[str]:
         return []
+
+    def close(self) -> None:
+        pass
 
 
 class VersionProvider(Provider):
@@ -297,6 +301,7 @@ class CopyProvider(Provider):
         self.words = max(1, nbytes // 8)
         self.title = "copy of the same bytes (the ceiling at this size)"
         self._args = [Arg("dst", "out", "W"), Arg("src", "in", "W", init="uniform(-1, 1)")]
+        self._ramp = None
 
     def args(self):
         return self._args
@@ -305,19 +310,76 @@ class CopyProvider(Provider):
         return 0.0, 0.0
 
     def case(self) -> tuple[Case, dict]:
-        # A ramp, not random numbers: drawing (and widening) 435M random floats for AdamW's copy
-        # took ~12 s of host time per table; a ramp is as good at showing a lost or shifted word.
-        src = np.arange(self.words, dtype=np.float32)
-        shapes = {"dst": (self.words,), "src": (self.words,)}
-        return Case({"W": self.words}, 0, {"src": src}, {"dst": src}), shapes
+        """A ramp (word i holds float(i)), as good as random numbers at showing a lost or shifted
+        word, written on the device: it is both the source's pristine copy and the expected
+        output, so nothing crosses from the host (drawing AdamW's 435M words on the host and
+        uploading them twice took ~1 s a table, ~10 s of a bench --all). The host's copy of the
+        ramp is made only if a check fails and its mismatches are listed."""
+        import pycuda.driver as drv
+        nbytes = self.words * 4
+        self._ramp = drv.mem_alloc(nbytes)
+        _ramp_kernel().prepared_call((min(-(-self.words // 256), 4096), 1, 1), (256, 1, 1),
+                                     np.uintp(int(self._ramp)), np.int64(self.words))
+        ramp = (int(self._ramp), nbytes)
+        words = self.words
+        shapes = {"dst": (words,), "src": (words,)}
+        case = Case({"W": words}, 0, _Lazy(src=lambda: _host_ramp(words)), _Lazy(dst=lambda: _host_ramp(words)),
+                    staged={"in": {"src": ramp}, "exp": {"dst": ramp}})
+        return case, shapes
 
     def prepare(self, bufs, config):
         import pycuda.driver as drv
         dst, src, n = bufs.buffers["dst"].ptr, bufs.buffers["src"].ptr, self.words * 4
         return (lambda stream: drv.memcpy_dtod_async(dst, src, n, stream)), None
 
+    def close(self) -> None:
+        ramp, self._ramp = self._ramp, None
+        if ramp is not None:
+            try:
+                ramp.free()
+            except Exception:  # the context is already gone (a crash): nothing left to free
+                pass
+
     def described(self):
         return [f"cuMemcpyDtoDAsync of {self.words * 4:,} bytes"]
+
+
+RAMP_KERNEL = r"""
+extern "C" __global__ void ramp_f32(float* p, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        p[i] = (float)i;  // rounded to nearest, as NumPy's float32 arange rounds i
+}
+"""
+
+
+def _ramp_kernel():
+    if "ramp" not in _SHARED:
+        from .compile import harness_module
+        _SHARED["ramp"] = harness_module(RAMP_KERNEL).get_function("ramp_f32")
+        _SHARED["ramp"].prepare("Pq")
+    return _SHARED["ramp"]
+
+
+def _host_ramp(words: int) -> np.ndarray:
+    return np.arange(words, dtype=np.float64).astype(np.float32)
+
+
+class _Lazy(dict):
+    """A case's arrays made on first use (the copy's host ramp: wanted only to list mismatches)."""
+
+    def __init__(self, **makers):
+        super().__init__()
+        self._makers = makers
+
+    def __missing__(self, name):
+        self[name] = value = self._makers[name]()
+        return value
+
+    def __contains__(self, name):
+        return name in self._makers
+
+    def keys(self):
+        return self._makers.keys()
 
 
 # -- the driver --------------------------------------------------------------------------------

@@ -144,6 +144,7 @@ def _run_rows(req: dict, rep: Reporter, pointers: dict) -> None:
             rep.phase(f"{row.label}: {text}")
 
         t0 = time.perf_counter()
+        provider = None
         try:
             report("compile" if spec["kind"] == "version" else "set up")
             provider = _provider(spec, family, req.get("block_sizes"))
@@ -180,6 +181,9 @@ def _run_rows(req: dict, rep: Reporter, pointers: dict) -> None:
             else:
                 row.status, row.reason = "error", f"{type(e).__name__}: {e}"
                 row.stderr = traceback.format_exc()[-4000:]
+        finally:
+            if provider is not None:
+                provider.close()
         row.seconds = round(time.perf_counter() - t0, 3)
         rows[-1] = row.to_json()
         rep.flush()
@@ -235,6 +239,7 @@ def run_request(path: str) -> None:
     req = json.loads(Path(path).read_text())
     rep = Reporter(req["result"])
     rep.result["pid"] = os.getpid()  # which child ran it (a staged case lives as long as its owner)
+    rep.result["began"] = time.monotonic()  # the system's clock, as the parent's (bench: the hand-offs)
     t0 = time.perf_counter()
     try:
         try:
@@ -257,6 +262,7 @@ def run_request(path: str) -> None:
             rep.result.update(status="error", reason=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
     finally:
         rep.result["seconds"] = round(time.perf_counter() - t0, 3)
+        rep.result["ended"] = time.monotonic()
         rep.flush()
 
 
