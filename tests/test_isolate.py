@@ -58,3 +58,23 @@ def test_a_jobs_hand_offs_are_timed_on_both_sides():
     assert parts["child start"] > 0.01, "an interpreter's start is not free"
     assert abs(parts["job set-up"] - row.phases["check"]) < 1e-6
     assert hand_offs({**res, "clock": None}, [row]) == {}
+
+
+def test_finished_children_linger_idle_until_released_together():
+    server = Server(jobs_per_child=1, standby=1, linger=3)
+    try:
+        pids = []
+        for n in (1, 2):
+            pids.append(server.run({"job": "probe", "root": "."}, timeout=120)["pid"])
+            assert len(server._lingering) == n
+        kept = list(server._lingering)
+        assert all(p.poll() is None for p in kept), "a lingering child is alive, its job answered"
+        server.run({"job": "probe", "root": "."}, timeout=120)
+        assert server._lingering == [], "the third let all three go"
+        assert all(p.poll() is not None for p in kept)
+        server.run({"job": "probe", "root": "."}, timeout=120)
+        kept = list(server._lingering)
+        server.release()
+        assert server._lingering == [] and all(p.poll() is not None for p in kept)
+    finally:
+        server.close()

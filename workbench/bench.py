@@ -60,6 +60,9 @@ Progress = Callable[[str], None]
 # Version children started ahead: a child's start (interpreter, imports, CUDA context) takes about
 # as long as a typical version's check and timing, so one started ahead still kept the GPU waiting.
 STANDBY = 2
+# Version children done with their job, kept idle and let go together after the family's versions
+# (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
+LINGER = 12
 
 
 def _quiet(_: str) -> None:
@@ -370,10 +373,17 @@ class Session:
         by_kind = {r.kind: r for r in rows}
         return by_kind.get("torch", torch_row), by_kind.get("copy")
 
+    def release_children(self) -> None:
+        """Let the finished version children go (all at once; see LINGER)."""
+        if self._versions is not None:
+            t0 = time.perf_counter()
+            self._versions.release()
+            self._spent("releasing finished children", t0)
+
     def _version_server(self) -> Server:
         """Children for the versions, a fresh one per version, STANDBY of them started ahead."""
         if self._versions is None:
-            self._versions = Server(jobs_per_child=1, standby=STANDBY).start()
+            self._versions = Server(jobs_per_child=1, standby=STANDBY, linger=LINGER).start()
         return self._versions
 
     def _baseline_server(self) -> Server:
@@ -398,6 +408,7 @@ class Session:
                 t0 = time.perf_counter()
                 on_row(row)
                 self._spent("writing and printing results", t0)
+        self.release_children()
         result.torch, result.copy = self.run_baselines(family, sizes, precision)
         result.seconds = round(time.perf_counter() - started, 2)
         return result

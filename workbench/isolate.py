@@ -65,13 +65,18 @@ class Server:
     for every job, as isolated as run_job; with `standby` N, N children are kept started ahead,
     so a child's interpreter, imports and CUDA context are ready when its job comes (a bench runs
     ~150 versions, most done in under a second: a start-up of ~1 s each, paid in sequence or by
-    one child ahead, would hold the GPU idle). A job that crashes or hangs its child is reported
-    like run_job's, and the next job gets a new child."""
+    one child ahead, would hold the GPU idle); with `linger` N, a child done with its one job is
+    not waited for but kept idle, and `release` (or the N-th such child) lets them all go at once.
+    A job that crashes or hangs its child is reported like run_job's, and the next job gets a new
+    child."""
 
-    def __init__(self, jobs_per_child: int | None = None, standby: int = 0, preload: tuple[str, ...] = ()):
+    def __init__(self, jobs_per_child: int | None = None, standby: int = 0, preload: tuple[str, ...] = (),
+                 linger: int = 0):
         self.jobs_per_child, self.standby, self.preload = jobs_per_child, int(standby), tuple(preload)
+        self.linger = int(linger)
         self.proc: subprocess.Popen | None = None
         self._ahead: list[subprocess.Popen] = []   # started, not yet given a job (jobs_per_child == 1)
+        self._lingering: list[subprocess.Popen] = []  # done with their one job, not yet let go (release)
         self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
         self._n = 0
 
@@ -147,10 +152,17 @@ class Server:
                 answered = b"\ndone\n" in b"\n" + seen
         answered_at = time.monotonic()
         stderr = ""
-        # A child done with its one job is waited for: letting it tear its CUDA context down while
-        # the next version works made the checks and baselines slower on the H100 (+21 s in a
-        # bench --all) than the wait costs (~0.1 s a version).
-        if not answered or self.jobs_per_child == 1:  # hung, died, or done with its one job
+        raw = _read(out)
+        # A child done with its one job is waited for, or kept (linger) and let go with others:
+        # letting it tear its CUDA context down while the next version works made the checks and
+        # baselines slower on the H100 (+21 s in a bench --all), and waiting for each costs ~0.13 s.
+        if answered and self.jobs_per_child == 1 and self.linger and raw.get("status") != "crashed":
+            self._lingering.append(proc)  # idle, its context alive, until release()
+            if proc is self.proc:
+                self.proc = None
+            if len(self._lingering) >= self.linger:
+                self.release()
+        elif not answered or self.jobs_per_child == 1:  # hung, died, or done with its one job
             if timed_out:
                 os.killpg(proc.pid, signal.SIGKILL)
             if answered:
@@ -161,12 +173,26 @@ class Server:
                 self.proc = None
         elif proc.poll() is not None:  # answered, then exited (it does after a crashed context)
             self.proc = None
-        result = _finish(_read(out), timed_out, timeout, proc.returncode if not answered else 0, stderr)
+        result = _finish(raw, timed_out, timeout, proc.returncode if not answered else 0, stderr)
         # the parent's side of the hand-off (bench.py names where a version's seconds went)
         result["clock"] = {"sent": sent, "answered": answered_at, "exited": time.monotonic()}
         return result
 
+    def release(self) -> None:
+        """Let every lingering child go at once and wait for them: their CUDA teardowns run
+        side by side, while no job is timed."""
+        procs, self._lingering = self._lingering, []
+        for proc in procs:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        for proc in procs:
+            proc.wait()
+            proc.err_file.close()
+
     def close(self) -> None:
+        self.release()
         for proc in [self.proc, *self._ahead]:
             if proc is not None and proc.poll() is None:
                 if not proc.stdin.closed:

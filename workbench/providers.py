@@ -424,7 +424,7 @@ _SHARED: dict[str, Any] = {}
 def shared_tools() -> tuple[Any, Any]:
     """This process's DeviceComparer and L2Flush, made once (their modules loaded, the flush's
     buffer allocated): a worker started ahead makes them while another works (worker.serve)."""
-    if not _SHARED:
+    if "comparer" not in _SHARED:
         from .check import DeviceComparer
         from .timing import L2Flush
         _SHARED["comparer"], _SHARED["flush"] = DeviceComparer(), L2Flush()

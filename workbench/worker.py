@@ -270,8 +270,9 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
     """Run jobs named on stdin, one path a line; answer each with a line on stdout. The CUDA
     context and the imports come first, before the first job arrives: a standby child pays for
     them while another child works, and the baselines' child imports torch (`preload`, ~10 s)
-    while the bench compiles. A crashed context, or `max_jobs` jobs, end the process (isolate.py
-    starts another for the next job)."""
+    while the bench compiles. A crashed context ends the process at once; after `max_jobs` jobs
+    it waits for stdin to close (the parent may keep it idle a while: isolate.Server's linger),
+    then ends (isolate.py starts another for the next job)."""
     import importlib
     try:
         init_cuda()
@@ -302,6 +303,7 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
         if result.get("status") == "crashed" or any(r.get("status") == "crashed" for r in result.get("rows", [])):
             break
         if max_jobs is not None and done >= max_jobs:
+            sys.stdin.read()  # until the parent lets go (isolate.Server.release): it may keep us a while
             break
 
 
