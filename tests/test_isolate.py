@@ -78,3 +78,32 @@ def test_finished_children_linger_idle_until_released_together():
         assert server._lingering == [] and all(p.poll() is not None for p in kept)
     finally:
         server.close()
+
+
+def test_a_child_is_let_go_though_a_process_forked_later_holds_its_stdin():
+    """The bench's pools fork after its version children start: each fork holds a copy of the
+    write end of their stdin pipes, so closing ours alone never reaches them (the H100 bench hung
+    in release). The 'exit' line does."""
+    import multiprocessing
+    import threading
+    import time
+    server = Server(jobs_per_child=1, standby=1, linger=5)
+    holder = None
+    try:
+        server.run({"job": "probe", "root": "."}, timeout=120)
+        holder = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+        holder.start()
+        kept = list(server._lingering)
+        released = threading.Thread(target=server.release, daemon=True)
+        released.start()
+        released.join(timeout=30)
+        assert not released.is_alive(), "release hung"
+        assert all(p.poll() is not None for p in kept)
+        ahead = list(server._ahead)
+        t0 = time.monotonic()
+        server.close()  # the child started ahead, never given a job, ends too (no 10 s wait, no kill)
+        assert time.monotonic() - t0 < 8 and all(p.returncode == 0 for p in ahead)
+    finally:
+        if holder is not None:
+            holder.kill()
+        server.close()

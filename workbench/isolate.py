@@ -166,7 +166,7 @@ class Server:
             if timed_out:
                 os.killpg(proc.pid, signal.SIGKILL)
             if answered:
-                proc.stdin.close()
+                _let_go(proc)
             proc.wait()
             stderr = self._stderr(proc)
             if proc is self.proc:
@@ -183,10 +183,7 @@ class Server:
         side by side, while no job is timed."""
         procs, self._lingering = self._lingering, []
         for proc in procs:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+            _let_go(proc)
         for proc in procs:
             proc.wait()
             proc.err_file.close()
@@ -195,8 +192,7 @@ class Server:
         self.release()
         for proc in [self.proc, *self._ahead]:
             if proc is not None and proc.poll() is None:
-                if not proc.stdin.closed:
-                    proc.stdin.close()
+                _let_go(proc)
                 try:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
@@ -204,6 +200,19 @@ class Server:
         self.proc = None
         self._ahead = []
         self._tmp.cleanup()
+
+
+def _let_go(proc: subprocess.Popen) -> None:
+    """Tell a serving child to end: an "exit" line, then stdin closed. The line, not the end of
+    file alone: a process forked from ours after the child started (the bench's compile and
+    reference pools) holds a copy of the pipe's write end, so the child would never see the end."""
+    try:
+        if not proc.stdin.closed:
+            proc.stdin.write(b"exit\n")
+            proc.stdin.flush()
+            proc.stdin.close()
+    except OSError:  # it has gone already
+        pass
 
 
 def _finish(result: dict, timed_out: bool, timeout: float, code: int | None, stderr: str) -> dict:

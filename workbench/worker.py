@@ -271,8 +271,9 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
     context and the imports come first, before the first job arrives: a standby child pays for
     them while another child works, and the baselines' child imports torch (`preload`, ~10 s)
     while the bench compiles. A crashed context ends the process at once; after `max_jobs` jobs
-    it waits for stdin to close (the parent may keep it idle a while: isolate.Server's linger),
-    then ends (isolate.py starts another for the next job)."""
+    it waits for the parent's "exit" line (it may keep us idle a while: isolate.Server's linger),
+    then ends (isolate.py starts another for the next job). "exit", or the end of stdin, ends a
+    child at any time."""
     import importlib
     try:
         init_cuda()
@@ -295,6 +296,8 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
         path = line.strip()
         if not path:
             continue
+        if path == "exit":
+            break
         run_request(path)
         done += 1
         result = json.loads(Path(json.loads(Path(path).read_text())["result"]).read_text())
@@ -303,7 +306,7 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
         if result.get("status") == "crashed" or any(r.get("status") == "crashed" for r in result.get("rows", [])):
             break
         if max_jobs is not None and done >= max_jobs:
-            sys.stdin.read()  # until the parent lets go (isolate.Server.release): it may keep us a while
+            sys.stdin.readline()  # "exit" (or the end of stdin): the parent lets us go (isolate.Server)
             break
 
 
