@@ -107,3 +107,17 @@ def test_a_child_is_let_go_though_a_process_forked_later_holds_its_stdin():
         if holder is not None:
             holder.kill()
         server.close()
+
+
+def test_children_let_go_without_waiting_have_ended_before_the_next_job_starts():
+    server = Server(jobs_per_child=1, linger=5)
+    try:
+        server.run({"job": "probe", "root": "."}, timeout=120)
+        kept = list(server._lingering)
+        server.release(wait=False)
+        assert server._lingering == [] and server._leaving == kept
+        res = server.run({"job": "probe", "root": "."}, timeout=120)
+        assert server._leaving == [] and all(p.poll() is not None for p in kept)
+        assert res["clock"]["sent"] >= 0
+    finally:
+        server.close()

@@ -11,7 +11,9 @@ report.py. The order of work in a bench, and why:
   families are benched in the order their cases become ready, so the GPU never waits on one
   family's references while another's are done;
 * per family: each version in a fresh child (isolate.Server with one job per child, the next
-  child started ahead so its interpreter and CUDA context are ready), then the baselines
+  child started ahead so its interpreter and CUDA context are ready; a finished child is kept
+  idle and the family's are let go together, their exits overlapping the next family's
+  staging, never a timed job), then the baselines
   (PyTorch and a same-size copy) in one long-lived child (torch loads once); the family's
   results, baselines included, go to the JSON file at once, so a stopped bench keeps all it
   measured and `--resume` skips the families already there;
@@ -324,6 +326,7 @@ class Session:
         if staged:
             req["staged"] = staged
         self._compiled(version)
+        self.settle_children()  # after the staging, which they overlapped
         self.progress(f"{version.label}: compile, check, time")
         t0 = time.perf_counter()
         res = self._version_server().run(req, self.options.timeout)
@@ -373,11 +376,21 @@ class Session:
         by_kind = {r.kind: r for r in rows}
         return by_kind.get("torch", torch_row), by_kind.get("copy")
 
-    def release_children(self) -> None:
-        """Let the finished version children go (all at once; see LINGER)."""
+    def release_children(self, wait: bool = True) -> None:
+        """Let the finished version children go (all at once; see LINGER); wait=False: their
+        exits are waited for before the next version runs (settle_children)."""
         if self._versions is not None:
             t0 = time.perf_counter()
-            self._versions.release()
+            self._versions.release(wait=False)
+            if wait:
+                self._versions.settle()
+            self._spent("releasing finished children", t0)
+
+    def settle_children(self) -> None:
+        """Wait for the version children let go to have ended (none may tear down beside a job)."""
+        if self._versions is not None:
+            t0 = time.perf_counter()
+            self._versions.settle()
             self._spent("releasing finished children", t0)
 
     def _version_server(self) -> Server:
@@ -408,8 +421,8 @@ class Session:
                 t0 = time.perf_counter()
                 on_row(row)
                 self._spent("writing and printing results", t0)
-        self.release_children()
         result.torch, result.copy = self.run_baselines(family, sizes, precision)
+        self.release_children(wait=False)  # their exits overlap the next family's staging
         result.seconds = round(time.perf_counter() - started, 2)
         return result
 
@@ -455,6 +468,7 @@ class Session:
             if on_family:
                 on_family(result)
             self._spent("writing and printing results", t0)
+        self.settle_children()
         run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
         run.phases = {k: dict(v) for k, v in self.phases.items()}
         if json_path:

@@ -77,6 +77,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self._ahead: list[subprocess.Popen] = []   # started, not yet given a job (jobs_per_child == 1)
         self._lingering: list[subprocess.Popen] = []  # done with their one job, not yet let go (release)
+        self._leaving: list[subprocess.Popen] = []    # let go, their exits not yet waited for (settle)
         self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
         self._n = 0
 
@@ -120,6 +121,7 @@ class Server:
         folder = Path(self._tmp.name) / str(self._n)
         folder.mkdir()
         req, out = _write_request(str(folder), job)
+        self.settle()  # no job runs beside children tearing their contexts down
         sent = time.monotonic()
         try:
             proc = self._child()
@@ -178,12 +180,20 @@ class Server:
         result["clock"] = {"sent": sent, "answered": answered_at, "exited": time.monotonic()}
         return result
 
-    def release(self) -> None:
-        """Let every lingering child go at once and wait for them: their CUDA teardowns run
-        side by side, while no job is timed."""
+    def release(self, wait: bool = True) -> None:
+        """Let every lingering child go at once: their CUDA teardowns run side by side. With
+        wait=False they are waited for later (settle: the next job waits for them first), so the
+        caller's work that times nothing overlaps them."""
         procs, self._lingering = self._lingering, []
         for proc in procs:
             _let_go(proc)
+        self._leaving += procs
+        if wait:
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait for the children let go to have ended."""
+        procs, self._leaving = self._leaving, []
         for proc in procs:
             proc.wait()
             proc.err_file.close()
