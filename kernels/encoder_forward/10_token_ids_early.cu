@@ -32,6 +32,13 @@ prediction, and the bar of 0.95x is met in one measurement of two. Three more ru
 (same file): 25.7, 26.0 and 25.7 us (0.91-0.94x), version 3 25.9, 25.8 and 26.2. Two or four
 float4 of one row a thread (one token load for all of them; experiments beside it in those runs)
 took 25.5-25.8 us: no faster, so the token wait left is not per thread but the first wave's.
+
+Is the rest address translation? The gathers touch all 77 of wte's 2 MB pages at random. Tried on
+the H100 (2026-11-25, experiment copies beside this version, three rounds, block 256): the first
+block(s) touching every page of wte (a prefetch a 2 MB or a 64 KB page) before the gathers, 25.3-
+25.6 us against this version's 25.5: no change, so the page walks cost nothing measurable. With
+V = 2048 (a 6 MB wte whose rows are reused from L2) 22.6 us, 1.05x the copy: what is left is the
+reads of distinct rows from DRAM after a dependent load, not their addresses.
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]

@@ -16,6 +16,9 @@ Measured on the H100 (2026-11-24, commit 7c8eef7): bench --all 14.9 us against t
 results/h100-encoder-forward-interleaved-2026-11-24.txt) 15.2 and 15.0 us against version 5's
 15.3 and 15.3 and version 7's 15.2 and 15.2, 0.92-0.94x the copy timed beside each. Three more
 runs of the family: 14.9, 15.1 and 15.1 us (0.93-0.95x), version 5 15.3, 15.3 and 15.1.
+
+Warming wte's pages before the gathers (as in version 10's header, 2026-11-25): 14.85-14.91 and
+15.04-15.17 us (2 MB and 64 KB pages) against this version's 14.75-14.91 beside them: no gain.
 """
 preconditions = ["C % 8 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]
