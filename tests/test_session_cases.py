@@ -28,3 +28,22 @@ def test_a_dropped_familys_case_files_are_deleted_by_the_time_the_session_closes
         assert not any(p.exists() for p in mine)
         assert other.exists()  # another family's cases are left alone
     assert not Path(tmp).exists()
+
+
+def test_the_references_computed_in_the_background_pool_equal_the_same_cases_made_here():
+    import numpy as np
+    from workbench.check import load_case, make_case
+    project = Project(FIXTURES / "project")
+    family = project.family("scale")
+    with Session(project, Options(seeds=2, time=False, stage=False)) as session:
+        session.prepare_cases([(family, "fp32")])
+        paths = session.cases(family, session.sizes_for(family))
+        # its workers come from a fork server: no copy of this process's threads or pipes
+        assert session._pool._mp_context.get_start_method() == "forkserver"
+        assert len(paths) >= 3
+        for path in (paths[0], paths[-1]):
+            got = load_case(path)
+            want = make_case(family, got.sizes, got.seed)
+            assert set(got.expected) == set(want.expected)
+            for name in want.expected:
+                np.testing.assert_allclose(got.expected[name], want.expected[name].astype(np.float32))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -62,6 +63,10 @@ Progress = Callable[[str], None]
 # Version children started ahead: a child's start (interpreter, imports, CUDA context) takes about
 # as long as a typical version's check and timing, so one started ahead still kept the GPU waiting.
 STANDBY = 2
+# The pools' workers start from a fork server, not a fork of this process: a fork would copy our
+# threads' locks mid-use and the write ends of the version children's stdin pipes (which then
+# never see their end of file).
+_POOL_START = multiprocessing.get_context("forkserver")
 # Version children done with their job, kept idle and let go together after the family's versions
 # (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
 LINGER = 12
@@ -188,7 +193,7 @@ class Session:
         """Start computing the reference cases of many (family, precision) groups in the
         background, in order: the GPU work on the first overlaps the references of the rest."""
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
+            self._pool = ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1), mp_context=_POOL_START)
         for i, (family, precision) in enumerate(groups):
             key, plan = self._case_plan(family, self.sizes_for(family), precision)
             if key not in self._cases and key not in self._pending:
@@ -282,7 +287,7 @@ class Session:
         self.progress(f"compiling {len(versions)} versions in the background for sm_{cc}")
         if self._compile_pool is None:  # niced: the references and the GPU's own process come first
             self._compile_pool = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 2),
-                                                     initializer=os.nice, initargs=(10,))
+                                                     initializer=os.nice, initargs=(10,), mp_context=_POOL_START)
         for v in versions:
             if str(v.path) not in self._compiles:
                 self._compiles[str(v.path)] = compile_in_pool(self._compile_pool, v.path, f"sm_{cc}")
