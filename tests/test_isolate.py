@@ -2,6 +2,8 @@
 jobs fail without a GPU, which is all this needs: each is answered by the child that ran it.)"""
 
 
+import pytest
+
 from workbench.isolate import Server
 
 
@@ -80,6 +82,7 @@ def test_finished_children_linger_idle_until_released_together():
         server.close()
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # the fork is the point
 def test_a_child_is_let_go_though_a_process_forked_later_holds_its_stdin():
     """The bench's pools fork after its version children start: each fork holds a copy of the
     write end of their stdin pipes, so closing ours alone never reaches them (the H100 bench hung
