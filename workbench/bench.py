@@ -192,8 +192,12 @@ class Session:
     def prepare_cases(self, groups: list[tuple[Family, str]]) -> None:
         """Start computing the reference cases of many (family, precision) groups in the
         background, in order: the GPU work on the first overlaps the references of the rest."""
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1), mp_context=_POOL_START)
+        if self._pool is None:  # niced (less than the compiles): the processes driving the GPU come first.
+            # Torch baselines launch several kernels from Python: with the references at full priority
+            # on 8 cores, 1-2 of them a bench --all on the H100 timed 2-3x slow (p80/p20 2-3.4), all in its
+            # first half, while the references were being computed
+            self._pool = ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1), initializer=os.nice,
+                                             initargs=(5,), mp_context=_POOL_START)
         for i, (family, precision) in enumerate(groups):
             key, plan = self._case_plan(family, self.sizes_for(family), precision)
             if key not in self._cases and key not in self._pending:
@@ -285,7 +289,7 @@ class Session:
         from .compile import compile_in_pool
         cc = self.device()["device"]["compute_capability"].replace(".", "")
         self.progress(f"compiling {len(versions)} versions in the background for sm_{cc}")
-        if self._compile_pool is None:  # niced: the references and the GPU's own process come first
+        if self._compile_pool is None:  # niced more: the GPU's own processes, then the references, come first
             self._compile_pool = ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 2),
                                                      initializer=os.nice, initargs=(10,), mp_context=_POOL_START)
         for v in versions:
