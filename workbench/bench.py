@@ -385,15 +385,11 @@ class Session:
         by_kind = {r.kind: r for r in rows}
         return by_kind.get("torch", torch_row), by_kind.get("copy")
 
-    def release_children(self, wait: bool = True) -> None:
-        """Let the finished version children go (all at once; see LINGER); wait=False: their
-        exits are waited for before the next version runs (settle_children)."""
+    def release_children(self) -> None:
+        """Let the finished version children go, all at once (see LINGER); their exits are waited
+        for before the next version runs (settle_children), so whatever comes first overlaps them."""
         if self._versions is not None:
-            t0 = time.perf_counter()
             self._versions.release(wait=False)
-            if wait:
-                self._versions.settle()
-            self._spent("releasing finished children", t0)
 
     def settle_children(self) -> None:
         """Wait for the version children let go to have ended (none may tear down beside a job)."""
@@ -431,7 +427,7 @@ class Session:
                 on_row(row)
                 self._spent("writing and printing results", t0)
         result.torch, result.copy = self.run_baselines(family, sizes, precision)
-        self.release_children(wait=False)  # their exits overlap the next family's staging
+        self.release_children()  # their exits overlap the next family's staging
         result.seconds = round(time.perf_counter() - started, 2)
         return result
 
