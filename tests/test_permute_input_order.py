@@ -1,8 +1,8 @@
-"""permute 4 (fp32) and 5 (bf16): the input-order kernel (kernels/common/permute_units.cuh) on
-the CPU SIMT emulator, bit for bit against the reference, at every family test size each accepts
-and at sizes that reach its corners (a single unit; head rows of one unit; GPT-2 XL's 25 heads;
-a last block only partly used), every listed block size; and the preconditions that keep its
-32-bit indexing safe."""
+"""permute 4 (fp32) and 5 (bf16) and unpermute 4 (fp32): the input-order kernels
+(kernels/common/permute_units.cuh) on the CPU SIMT emulator, bit for bit against the reference,
+at every family test size each accepts and at sizes that reach its corners (a single unit; head
+rows of one unit; GPT-2 XL's 25 heads; a last block only partly used), every listed block size;
+and the preconditions that keep their 32-bit indexing safe."""
 
 import shutil
 import sys
@@ -22,13 +22,16 @@ EXTRA = [{"B": 1, "T": 1, "NH": 1, "HS": 8}, {"B": 3, "T": 5, "NH": 2, "HS": 8},
          {"B": 2, "T": 17, "NH": 25, "HS": 16}, {"B": 1, "T": 9, "NH": 3, "HS": 64}]
 
 
+VERSIONS = (("permute", 4), ("permute", 5), ("unpermute", 4))
+
+
 def cases():
     out = []
-    for number in (4, 5):
-        v = PROJECT.family("permute").version(number)
+    for family, number in VERSIONS:
+        v = PROJECT.family(family).version(number)
         for sizes in [*v.family.test_sizes, *EXTRA]:
             if not v.unmet(sizes):
-                out.append(pytest.param(number, sizes, id=f"{number}-{v.family.format_sizes(sizes)}"))
+                out.append(pytest.param(family, number, sizes, id=f"{family}-{number}-{v.family.format_sizes(sizes)}"))
     return out
 
 
@@ -40,13 +43,19 @@ def test_the_versions_take_the_trainers_sizes_and_refuse_what_32_bits_cannot_ind
             assert not v.unmet({"B": 32, "T": 1024, "NH": NH, "HS": HS})
         assert v.unmet({"B": 256, "T": 4096, "NH": 25, "HS": 64})  # 3N > 2^31
         assert v.unmet({"B": 1, "T": 4, "NH": 2, "HS": 6})           # a head row is not whole units
-    assert len(cases()) >= 10
+    v = PROJECT.family("unpermute").version(4)
+    assert v.precision == "fp32"
+    for NH in (12, 16, 20, 25):
+        assert not v.unmet({"B": 32, "T": 1024, "NH": NH, "HS": 64})
+    assert v.unmet({"B": 256, "T": 4096, "NH": 32, "HS": 64})  # N = 2^31
+    assert v.unmet({"B": 1, "T": 4, "NH": 2, "HS": 6})
+    assert sum(c.values[0] == "unpermute" for c in cases()) >= 6
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-@pytest.mark.parametrize("number, sizes", cases())
-def test_on_the_emulator(number, sizes):
-    v = PROJECT.family("permute").version(number)
+@pytest.mark.parametrize("family, number, sizes", cases())
+def test_on_the_emulator(family, number, sizes):
+    v = PROJECT.family(family).version(number)
     for i, bs in enumerate(v.block_sizes):
         reports = runner.emulate(v, sizes, seed=i % 3, block_size=bs, sched="SHUFFLE" if i % 2 else "PRIORITY")
         assert reports and all(r.ok for r in reports), [(bs, r.name, r.bad, r.total) for r in reports if not r.ok]
