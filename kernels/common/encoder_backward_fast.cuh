@@ -46,6 +46,11 @@
 //
 // encoder_backward_fast<VEC, VEC_MAX>(shared4, dwte, dwpe, dout, inp, B, T, C, V, UB, PB, bits)
 //   The whole op, one kernel. Every thread of the block must call it (barriers inside).
+//   Its last template argument says which requests go through sm_90's bulk copies (the TMA
+//   unit) into shared memory: NONE (version 8), DOUT (version 9: the first BGROUP dout row-blocks
+//   and the ids) or ROWS (version 11: the ids, then the block's chunks of the dwte rows its first
+//   BGROUP row-blocks update and of its dwpe rows, so that the updates after the scan read shared
+//   memory and only store). The order of the sums, and so the bits, are the same in all three.
 
 #ifndef KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
 #define KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
@@ -61,6 +66,7 @@ constexpr int WGROUP = 4;     // dwte chunks it loads at once
 constexpr int EMPTY = -1;     // a free hash slot (never a valid token)
 constexpr int FILTER_WORDS = 128;  // a 4096-bit filter of the block's tokens: most ids stop there
 constexpr unsigned FULL = 0xffffffffu;
+enum Bulk { NONE = 0, DOUT = 1, ROWS = 2 };  // versions 8, 9 and 11: see encoder_backward_fast below
 
 template <typename Elem, int VEC> struct Row;
 
@@ -354,7 +360,22 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(b) : "memory");
 }
+
+// ROWS: several threads each add the bytes of their own copies to bar's expected count (no
+// arrival: the barrier's single arrival comes from thread 0 once every copy has been issued).
+__device__ __forceinline__ void bulk_copy_tx(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+    unsigned b = smem_addr(bar);
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(b) : "memory");
+}
 #endif
+
+__device__ __forceinline__ void bulk_arrive(unsigned long long* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
 
 __device__ __forceinline__ void bulk_init(unsigned long long* bars, int n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -400,14 +421,88 @@ __device__ __forceinline__ void bulk_wait(unsigned long long* bars, int j) {
 #endif
 }
 
-// BULK: the dynamic shared memory starts with the tile (BGROUP * UB units of 16 bytes), BGROUP + 1
-// mbarriers (5 more units: the last one is the ids'), the ids' units when they are copied (nq),
-// then the layout above.
-__device__ __forceinline__ int bulk_units(int UB, int nq) { return BGROUP * UB + BGROUP / 2 + 1 + nq; }
+// ROWS: the block's chunks of the dwte rows of its positions with b < BGROUP, each to its
+// position's place in the tile (row-block b, the column of the thread owning the unit), and of its
+// dwpe rows to row-block BGROUP: one bulk copy per (position, row) range, issued by thread p for
+// position p and by thread P + i for dwpe's row ta + i (strided by the block), on bar. Positions with an invalid token
+// copy nothing. Before sm_90 each active thread copies its own column (only it reads it).
+template <int VEC, typename Elem>
+__device__ __forceinline__ void rows_issue(int4* tile, unsigned long long* bar, const Elem* dwte, const Elem* dwpe,
+                                           int B, int C, int CU, int u0, int u1, int UB, int ta, int span,
+                                           bool active, int t, int c, const Smem& s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int P = min(B, BGROUP) * span;
+    for (int i = threadIdx.x; i < P + span; i += blockDim.x) {  // (narrow rows: span can pass blockDim)
+        int q = i < P ? i : i - P, tp = ta + q % span;
+        int ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
+        int col = tp * CU + ca - u0;  // the tile column of the range's first unit
+        if (i < P) {
+            int h = s.own[i];
+            if (h >= 0)
+                bulk_copy_tx(tile + (i / span) * UB + col, dwte + s.key[h] * C + ca * VEC, (unsigned)(cb - ca) * 16u, bar);
+        } else {
+            bulk_copy_tx(tile + BGROUP * UB + col, dwpe + tp * C + ca * VEC, (unsigned)(cb - ca) * 16u, bar);
+        }
+    }
+#else
+    if (!active) return;
+    for (int j = 0; j < min(B, BGROUP); j++) {
+        int h = s.own[j * span + t - ta];
+        if (h >= 0) tile[j * UB + threadIdx.x] = *reinterpret_cast<const int4*>(dwte + s.key[h] * C + c);
+    }
+    tile[BGROUP * UB + threadIdx.x] = *reinterpret_cast<const int4*>(dwpe + t * C + c);
+#endif
+}
 
-// ids_in_smem (BULK only): all of inp's whole units are copied into shared memory at the start
-// and scanned there (the launch gives the room: 16 bytes a unit).
-template <int VEC, int VEC_MAX, typename Elem, bool BULK = false>
+// ROWS: positions() for the first BGROUP row-blocks, with every dwte chunk already in the tile
+// (col: this thread's column). A position alone with its token (k = 1) adds its own chunk, still
+// in d, so its update loads nothing at all; a leader of k > 1 loads the group's rows in ascending
+// order as positions() does. The same sums in the same order: the same bits.
+template <int VEC, typename Elem>
+__device__ __forceinline__ void positions_tiled(const Row<Elem, VEC> (&d)[BGROUP], float (&acc)[VEC], Elem* dwte,
+                                                const Elem* dout, const int4* col, int UB, int B, int T, int C,
+                                                int t, int c, int ta, int span, bool active, const Smem& s) {
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < BGROUP; j++)
+        if (j < B) d[j].add_to(acc);  // dwpe: in order of b
+#pragma unroll
+    for (int j = 0; j < BGROUP; j++) {
+        if (j >= B) continue;
+        int h = s.own[j * span + t - ta];
+        if (h < 0) continue;
+        int k = s.cnt[h];
+        if (k > SHORT_MAX || s.lead[h] != mix((unsigned)(j * T + t))) continue;
+        float tot[VEC];
+        zero<VEC>(tot);
+        if (k == 1) {
+            d[j].add_to(tot);
+        } else {
+#pragma unroll 1
+            for (int i = 0; i < k; i++) {  // ascending positions (rare: k > 1)
+                Row<Elem, VEC> y;
+                y.load(dout + s.list[h * SHORT_MAX + i] * C + c);
+                y.add_to(tot);
+            }
+        }
+        Row<Elem, VEC> w;
+        w.load(reinterpret_cast<const Elem*>(col + j * UB));
+        w.store_plus(dwte + s.key[h] * C + c, tot);
+    }
+}
+
+// BULK: the dynamic shared memory starts with the tile (BGROUP * UB units of 16 bytes for DOUT,
+// BGROUP + 1 row-blocks for ROWS), BGROUP + 1 mbarriers (5 more units: the last one is the ids';
+// ROWS uses the first for its rows), the ids' units when they are copied (nq), then the layout
+// above.
+__device__ __forceinline__ int tile_rows(int bulk) { return bulk == ROWS ? BGROUP + 1 : BGROUP; }
+__device__ __forceinline__ int bulk_units(int bulk, int UB, int nq) {
+    return tile_rows(bulk) * UB + BGROUP / 2 + 1 + nq;
+}
+
+// ids_in_smem (DOUT and ROWS only): all of inp's whole units are copied into shared memory at the
+// start and scanned there (the launch gives the room: 16 bytes a unit).
+template <int VEC, int VEC_MAX, typename Elem, int BULK = NONE>
 __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, const Elem* dout,
                                       const int* inp, int B, int T, int C, int V, int UB, int PB, int bits,
                                       bool ids_in_smem = false) {
@@ -422,30 +517,32 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     //    positions, in flight from DRAM while the block scans the ids (from L2). Its dwpe chunk
     //    is only asked of L2 (held in registers from here, it would be spilled at 80).
     // The block's own token ids (the table's keys) go out first: they start its critical path.
-    // BULK: the scan's ids are requested first (copied into shared memory when ids_in_smem, else
-    // asked of L2 with one bulk prefetch), so they are not queued in DRAM behind dout; the dout
-    // rows are requested only once the own ids are in.
+    // DOUT, ROWS: the scan's ids are requested first (copied into shared memory when ids_in_smem,
+    // else asked of L2 with one bulk prefetch), so they are not queued in DRAM behind dout. DOUT
+    // requests the dout rows only once the own ids are in; ROWS loads them here, as NONE does, and
+    // asks for the dwte rows' chunks once the own ids are in.
     int4* tile = reinterpret_cast<int4*>(shared4);
-    unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4 + BGROUP * UB);
-    static_assert(!BULK || VEC * sizeof(Elem) == 16, "BULK moves 16-byte units");
-    int4* ids = reinterpret_cast<int4*>(shared4 + BGROUP * UB + BGROUP / 2 + 1);
-    const int ids_nq = BULK && ids_in_smem && (reinterpret_cast<size_t>(inp) & 15) == 0 ? N / 4 : 0;
-    if constexpr (BULK) {
+    const int trows = tile_rows(BULK);
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4 + trows * UB);
+    static_assert(BULK == NONE || VEC * sizeof(Elem) == 16, "DOUT and ROWS move 16-byte units");
+    int4* ids = reinterpret_cast<int4*>(shared4 + trows * UB + BGROUP / 2 + 1);
+    const int ids_nq = BULK != NONE && ids_in_smem && (reinterpret_cast<size_t>(inp) & 15) == 0 ? N / 4 : 0;
+    if constexpr (BULK != NONE) {
         bulk_init(bars, BGROUP + 1);
         if (ids_nq > 0)
             bulk_ids(ids, bars + BGROUP, inp, ids_nq);  // the scan's ids, before any other request
         else if (tid == 0)
             prefetch_l2_ints(inp, N);
-        shared4 += bulk_units(UB, ids_nq);
+        shared4 += bulk_units(BULK, UB, ids_nq);
     }
     const int my_id = tid < P ? __ldg(inp + (tid / span) * T + ta + tid % span) : EMPTY;
     Row<Elem, VEC> d[BGROUP];
-    if (!BULK && active) {
+    if (BULK != DOUT && active) {
 #pragma unroll
         for (int j = 0; j < BGROUP; j++)
             if (j < B) d[j].load(dout + (j * T + t) * C + c);  // N * C < 2^31 (family precondition)
     }
-    if constexpr (VEC * sizeof(Elem) % 16 == 0) {
+    if constexpr (BULK != ROWS && VEC * sizeof(Elem) % 16 == 0) {
         if (tid < span) {  // the block's chunks of dwpe's rows ta .. ta + span - 1
             int tp = ta + tid, ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
             prefetch_l2_range(dwpe + tp * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
@@ -478,7 +575,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
             // not to lead their token (8% of them on uniform tokens): a little wasted DRAM.
             // The first BGROUP b only: later groups are prefetched one group ahead (below), so
             // that a large batch does not ask L2 to hold more than it can.
-            if constexpr (VEC * sizeof(Elem) % 16 == 0) {
+            if constexpr (BULK != ROWS && VEC * sizeof(Elem) % 16 == 0) {
                 int tp = ta + p % span, ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
                 if (p / span < BGROUP)
                     prefetch_l2_range(dwte + v * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
@@ -487,14 +584,17 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
         s.own[p] = h;
     }
     __syncthreads();
-    if constexpr (BULK)  // the own ids are in: now the dout rows (the barrier made the init visible)
+    if constexpr (BULK == DOUT)  // the own ids are in: now the dout rows (the barrier made the init visible)
         bulk_issue(tile, bars, reinterpret_cast<const int4*>(dout), min(B, BGROUP), T * CU, u0, u1, UB, active);
+    if constexpr (BULK == ROWS)  // the own ids are in: now the chunks of their dwte rows, and dwpe's
+        rows_issue<VEC>(tile, bars, dwte, dwpe, B, C, CU, u0, u1, UB, ta, span, active, t, c, s);
 
     // 3. Every position of inp counted against the table: each own token's count, leader and
     //    (up to SHORT_MAX) positions.
     if (ids_nq > 0) bulk_wait(bars, BGROUP);  // (ids_nq is 0 without BULK)
     scan_ids(inp, N, V, s, ids_nq > 0 ? ids : nullptr);
     __syncthreads();
+    if (BULK == ROWS && tid == 0) bulk_arrive(bars);  // every copy of the rows has its bytes counted
 
     // 4. Short lists in ascending order (they were filled in scan order); the long groups' leaders.
     for (int i = tid; i <= s.mask; i += bs) {
@@ -519,7 +619,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     float acc[VEC];
     zero<VEC>(acc);
     prefetch_group<VEC>(dwte, dout, BGROUP, B, T, C, CU, u0, u1, ta, span, s);
-    if constexpr (BULK) {
+    if constexpr (BULK == DOUT) {
         for (int j = 0; j < min(B, BGROUP); j++) bulk_wait(bars, j);
         if (active) {
 #pragma unroll
@@ -527,7 +627,12 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
                 if (j < B) d[j].load(reinterpret_cast<const Elem*>(tile + j * UB + tid));
         }
     }
-    positions<VEC>(d, 0, acc, dwte, dout, B, T, C, t, c, ta, span, active, s);
+    if constexpr (BULK == ROWS) {
+        bulk_wait(bars, 0);
+        positions_tiled<VEC>(d, acc, dwte, dout, tile + tid, UB, B, T, C, t, c, ta, span, active, s);
+    } else {
+        positions<VEC>(d, 0, acc, dwte, dout, B, T, C, t, c, ta, span, active, s);
+    }
     for (int b0 = BGROUP; b0 < B; b0 += BGROUP) {  // B > 8: the next group's dout chunks
         prefetch_group<VEC>(dwte, dout, b0 + BGROUP, B, T, C, CU, u0, u1, ta, span, s);
         Row<Elem, VEC> e[BGROUP];
@@ -540,7 +645,10 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     }
     if (active) {
         Row<Elem, VEC> pe;
-        pe.load(dwpe + t * C + c);
+        if constexpr (BULK == ROWS)
+            pe.load(reinterpret_cast<const Elem*>(tile + BGROUP * UB + tid));
+        else
+            pe.load(dwpe + t * C + c);
         pe.store_plus(dwpe + t * C + c, acc);
     }
 

@@ -81,6 +81,6 @@ extern "C" __global__ void __launch_bounds__(384, 2)
 encoder_backward9(bf16* dwte, bf16* dwpe, const bf16* dout, const int* inp, int B, int T, int C, int V,
                   int UB, int PB, int bits, int ids_in_smem) {
     extern __shared__ float4 shared4[];  // the tile, the barriers, the ids, then encoder_backward_fast.cuh's layout
-    ebfast::encoder_backward_fast<8, 8, bf16, true>(shared4, dwte, dwpe, dout, inp, B, T, C, V, UB, PB, bits,
+    ebfast::encoder_backward_fast<8, 8, bf16, ebfast::DOUT>(shared4, dwte, dwpe, dout, inp, B, T, C, V, UB, PB, bits,
                                                     ids_in_smem != 0);
 }
