@@ -1,6 +1,7 @@
 """The bench session's reference cases on the CPU: a finished family's case files are deleted
 (in the background, so the next family is not kept waiting) and gone once the session closes."""
 
+import os
 from pathlib import Path
 
 from workbench.bench import Options, Session
@@ -47,3 +48,28 @@ def test_the_references_computed_in_the_background_pool_equal_the_same_cases_mad
             assert set(got.expected) == set(want.expected)
             for name in want.expected:
                 np.testing.assert_allclose(got.expected[name], want.expected[name].astype(np.float32))
+
+
+def test_closing_a_session_kills_the_reference_work_under_way_instead_of_waiting_for_it():
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from workbench.bench import _POOL_START
+    project = Project(FIXTURES / "project")
+    session = Session(project, Options(seeds=1, time=False, stage=False))
+    session._pool = ProcessPoolExecutor(max_workers=2, mp_context=_POOL_START)
+    running = [session._pool.submit(time.sleep, 60) for _ in range(2)]
+    queued = session._pool.submit(time.sleep, 60)
+    while not all(f.running() for f in running):
+        time.sleep(0.05)
+    pids = list(session._pool._processes)
+    t0 = time.perf_counter()
+    session.close()
+    assert time.perf_counter() - t0 < 15  # the sleeps had a minute left
+    assert queued.cancelled()
+    for pid in pids:  # the workers are gone, not left running
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        with open(f"/proc/{pid}/stat") as f:  # a zombie not yet reaped counts as gone
+            assert f.read().split(") ")[1][0] == "Z", pid

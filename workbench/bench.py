@@ -67,6 +67,21 @@ STANDBY = 2
 # threads' locks mid-use and the write ends of the version children's stdin pipes (which then
 # never see their end of file).
 _POOL_START = multiprocessing.get_context("forkserver")
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a background pool now: queued work is cancelled and work under way is killed, not
+    waited for. A session closed early (a bench stopped, a test run of a few families) would
+    otherwise wait for the references and compiles it had started for families it will never
+    reach: minutes, on the H100's host, for a GPU test run of two families. Nothing is lost: case
+    files live in the session's own folder, deleted next, and the compile cache is written by
+    rename."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public kill before 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join(timeout=10)
 # Version children done with their job, kept idle and let go together after the family's versions
 # (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
 LINGER = 12
@@ -105,7 +120,7 @@ class Session:
     def close(self) -> None:
         for pool in (self._pool, self._compile_pool):
             if pool is not None:
-                pool.shutdown(cancel_futures=True)
+                _stop_pool(pool)
         if self._deleter is not None:
             self._deleter.shutdown(wait=True)  # before the folder it deletes in goes
         for server in (self._server, self._versions, self._stager):
