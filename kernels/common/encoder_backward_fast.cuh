@@ -50,7 +50,8 @@
 //   unit) into shared memory: NONE (version 8), DOUT (version 9: the first BGROUP dout row-blocks
 //   and the ids) or ROWS (version 11: the ids, then the block's chunks of the dwte rows its first
 //   BGROUP row-blocks update and of its dwpe rows, so that the updates after the scan read shared
-//   memory and only store). The order of the sums, and so the bits, are the same in all three.
+//   memory; its dout chunks are loaded only after the plan). The order of the sums, and so the
+//   bits, are the same in all three.
 
 #ifndef KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
 #define KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
@@ -519,8 +520,9 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     // The block's own token ids (the table's keys) go out first: they start its critical path.
     // DOUT, ROWS: the scan's ids are requested first (copied into shared memory when ids_in_smem,
     // else asked of L2 with one bulk prefetch), so they are not queued in DRAM behind dout. DOUT
-    // requests the dout rows only once the own ids are in; ROWS loads them here, as NONE does, and
-    // asks for the dwte rows' chunks once the own ids are in.
+    // requests the dout rows only once the own ids are in; ROWS asks for the dwte rows' chunks
+    // once the own ids are in and loads the dout chunks only after the plan, just before the
+    // updates: DRAM gets the ids, then the rows, then dout, in the order they are needed.
     int4* tile = reinterpret_cast<int4*>(shared4);
     const int trows = tile_rows(BULK);
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4 + trows * UB);
@@ -537,7 +539,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     }
     const int my_id = tid < P ? __ldg(inp + (tid / span) * T + ta + tid % span) : EMPTY;
     Row<Elem, VEC> d[BGROUP];
-    if (BULK != DOUT && active) {
+    if (BULK == NONE && active) {
 #pragma unroll
         for (int j = 0; j < BGROUP; j++)
             if (j < B) d[j].load(dout + (j * T + t) * C + c);  // N * C < 2^31 (family precondition)
@@ -628,6 +630,11 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
         }
     }
     if constexpr (BULK == ROWS) {
+        if (active) {
+#pragma unroll
+            for (int j = 0; j < BGROUP; j++)
+                if (j < B) d[j].load(dout + (j * T + t) * C + c);
+        }
         bulk_wait(bars, 0);
         positions_tiled<VEC>(d, acc, dwte, dout, tile + tid, UB, B, T, C, t, c, ta, span, active, s);
     } else {

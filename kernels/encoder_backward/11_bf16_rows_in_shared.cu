@@ -1,25 +1,42 @@
 /*
-title = "bf16, version 8 with the dwte rows it updates copied into shared memory while it scans: after the scan the updates only store"
+title = "bf16, the requests in the order they are needed: the ids, then the dwte rows into shared memory during the scan, then dout"
 precision = "bf16"
-changed = "Version 8's one pass, with its dwte rows brought closer. Version 8 asks L2 for the block's chunks of its tokens' dwte rows during the scan (bulk prefetches) and loads them after it: two batches of four chunks a thread, each batch also re-reading the group's first dout row, then dwpe's chunk, three dependent round trips through an L2 busy with 13 MB of writes. Here, once the block's own ids are in, its threads issue one bulk copy (sm_90's TMA unit) per position of the first eight b and per dwpe row, of the block's chunks of that row, into a tile in shared memory laid out like the block's units (row-block b, the column of the thread that owns the unit), all completing on one mbarrier; the scan's ids come into shared memory first, as in version 9, and the dout chunks into registers at the start, as in version 8. After the scan a position alone with its token adds its own dout chunk, still in registers, to its dwte chunk from the tile and stores: no load at all. A leader of a group of k > 1 loads the group's rows as version 8 does. The sums and their order are version 8's: so are the bits."
+changed = "Version 8's one pass with its requests reordered and its dwte rows brought closer. Version 8 asks for its dout chunks first, then, once its own ids are in, asks L2 for its tokens' dwte rows (bulk prefetches) and loads them after the scan: two batches of four chunks a thread, each batch also re-reading the group's first dout row, then dwpe's chunk, dependent round trips through an L2 busy with 13 MB of writes. Here the scan's ids come into shared memory first (version 9's bulk copy); once the block's own ids are in the table its threads issue one bulk copy (sm_90's TMA unit) per position of the first eight b, and per dwpe row, of the block's chunks of that row, into a tile in shared memory laid out like the block's units (row-block b, the column of the thread that owns the unit), all completing on one mbarrier; the dout chunks are loaded into registers only after the plan. A position alone with its token then adds its own dout chunk to its dwte chunk from the tile and stores: no other load. A leader of a group of k > 1 loads the group's rows as version 8 does. The sums and their order are version 8's: so are the bits."
 why = """
-Version 8's phase stamps (its header): ids in and inserted at 6.8 us, scan done at 10.9, lists
-sorted 11.3, updates done at 18.0, end 18.7 (medians over blocks, from the first block's start).
-So the 13 MB of updates take ~6.7 us after the scan, where a write stream of 13 MB takes ~4.5 at
-the copy's rate; the ncu samples of version 9 put half of the warps' time in those updates,
-waiting on loads. And version 9 measured the scan from shared memory ending ~2 us earlier than
-version 8's scan from L2.
-
-Both changes together: the ids by bulk copy into shared memory at the start (version 9's), dout
-into registers as in version 8 (version 9's dout tile cost the same 48 KB this version spends on
-dwte, and did not make the kernel faster), and the dwte and dwpe chunks into the tile by bulk
-copies issued as soon as the own tokens are in the table, so they stream from DRAM during the
-scan, where version 8's prefetches did the same but still needed the loads after it. Shared
+Version 8's phase stamps (its header): own ids in and inserted at 6.8 us, scan done at 10.9,
+updates done at 18.0, end 18.7 (medians over blocks, from the first block's start): its own ids
+wait ~5 us in DRAM's queues behind the 12.6 MB of dout every block asked for at once, and the
+13 MB of updates take ~6.7 us after the scan, where a stream of 13 MB of writes takes ~4.5 at the
+copy's rate; ncu's samples of version 9 put half of the warps' time in those updates, waiting on
+loads. So: ask for what the critical path needs first (the ids: 32 KB, then the dwte rows of the
+block's tokens, as soon as they are known), let DRAM stream the rows during the scan into shared
+memory, where no load waits on them afterwards, and ask for dout, needed only by the updates,
+last. A warp is never stuck issuing loads before the scan (version 8's own experiment with dout
+loaded before the scan showed that cost), because the rows go through the TMA unit. Shared
 memory: the tile (9 row-blocks x UB units of 16 bytes: 54 KB at block size 384), the ids (32 KB
 when N <= 8192) and version 8's 14.6 KB: two blocks an SM at 384 threads (206 KB of 228).
 
-Prediction: scan done at ~9 us (version 9), then the stores: ~14 us of kernel and ~22 us timed as
-the bench times (0.93x the copy), against version 8's 26.5-26.8 us.
+Prediction: scan done at ~8 us, the rows landed with it, then dout and the stores: ~14 us of
+kernel, ~22 us timed as the bench times (0.9x the copy).
+
+Measured on the H100 (2026-11-25; experiment copies timed beside version 8 by the workbench's
+method, L2 flushed, three rounds, block 384): version 8 26.8, 26.5 and 26.5 us; this version
+25.6, 25.6 and 25.4 us, against a copy of the same bytes at 19.4-19.9 us (0.76-0.77x). Its form
+with the dout chunks loaded at the start as in version 8 (the ids and the rows as here): 25.8,
+25.6 and 25.6 us; with them loaded once the own ids are in, before the scan: 28.4, 28.5 and 28.4
+(warps stuck issuing). bench encoder_backward, twice, with that first form: 25.6 and 25.6 us
+against the copy's 20.1 and 20.0 (0.79x and 0.78x), version 8 26.5 and 26.6. So 3-4% faster
+than version 8, well short of the prediction. The phase stamps say why (three launches, medians
+over blocks [slowest], us): table cleared 1.2 (version 8: 1.6); own ids in 4.2 [5.5-6.0]
+(version 8: 6.3 [8.5]); scan done 8.0 [13.0-13.5] (10.3 [13.5-14.1]); rows landed 9.8-10.0 [14.1-
+14.5]; updates done 14.5 [17.4-18.2] (15.5-16.4 [18.4-18.7]); end 14.8 [17.7-18.5] (16.5-17.4
+[19.0-19.4]). The median block ends ~2 us earlier than version 8's, and the stamps bear out the
+reordering (the ids are in 2 us earlier, the scan done 2 us earlier), but the timing waits for
+the slowest block, and the blocks spread: with every block's ids in shared memory by 3.0-7.8 us,
+the scans of the same 8192 ids end anywhere from 5.3 to 13.5 us, and the slowest blocks' rows
+land last. The updates (dout loads and 13 MB of
+stores) still take ~4.5 us after the rows land. Even with the scan free, ~0.87x: the ids' round
+trip, then the rows', both before the first dwte store, is this design's floor.
 
 B > 8 (the trainer's B = 16 and 32): the tile holds the first eight b; later groups are version
 8's (dwte prefetched one group ahead, loaded after). N > 8192: the ids are scanned from L2 (one
