@@ -36,9 +36,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .check import make_case, save_case
 from .errors import NoGPU, SizesError, WorkbenchError
-from .family import PROJECT_ROOT, Family, Project, Version
+from .family import DTYPES, PROJECT_ROOT, Family, Project, Version
 from .isolate import DEFAULT_TIMEOUT, Server, run_job
 from .results import BenchRun, FamilyResult, Row, load, save
 
@@ -85,6 +87,10 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
 # Version children done with their job, kept idle and let go together after the family's versions
 # (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
 LINGER = 12
+# The reference cases may hold this share of the free disk at the session's start (at least the
+# minimum): enough for the next few families, whatever their order.
+CASE_BUDGET_SHARE = 0.4
+CASE_BUDGET_MIN = 4 * 1024**3
 
 
 def _quiet(_: str) -> None:
@@ -101,6 +107,12 @@ class Session:
         self._tmp = Path(tempfile.mkdtemp(prefix="workbench-cases-"))
         self._cases: dict[tuple, list[str]] = {}
         self._pending: dict[tuple, Future] = {}   # cases being computed in the background
+        self._queued: list[tuple] = []             # (key, family, precision, plan, folder) not yet started
+        self._case_bytes: dict[tuple, int] = {}    # estimated disk bytes of each started group's cases
+        # How far the references may run ahead of the GPU, in bytes of case files on disk: every
+        # family's cases at once would be ~90 GB (softmax alone 10), more than the H100 host's
+        # disk, and a stalled version once let them fill it.
+        self.case_budget = max(CASE_BUDGET_MIN, int(shutil.disk_usage(self._tmp).free * CASE_BUDGET_SHARE))
         self._pool: ProcessPoolExecutor | None = None
         self._compile_pool: ProcessPoolExecutor | None = None
         self._deleter: ThreadPoolExecutor | None = None  # deletes finished families' case files
@@ -194,6 +206,11 @@ class Session:
         session's seeds (or the first `seeds` of them)."""
         key, plan = self._case_plan(family, sizes, precision, extra_sizes, seeds)
         t0 = time.perf_counter()
+        for i, queued in enumerate(self._queued):
+            if queued[0] == key:  # asked for before its turn: it goes next, now
+                self._queued.insert(0, self._queued.pop(i))
+                self._top_up(force=True)
+                break
         if key in self._pending:
             self.progress(f"{family.name}: waiting for its reference cases")
             self._cases[key] = self._pending.pop(key).result()
@@ -205,24 +222,49 @@ class Session:
         return self._cases[key]
 
     def prepare_cases(self, groups: list[tuple[Family, str]]) -> None:
-        """Start computing the reference cases of many (family, precision) groups in the
-        background, in order: the GPU work on the first overlaps the references of the rest."""
+        """Compute the reference cases of many (family, precision) groups in the background, in
+        order: the GPU work on the first overlaps the references of the rest. Groups start while
+        the cases started and not yet dropped fit the case budget (one always may, so that the
+        first is never held back); the rest wait in a queue until drop_cases frees room."""
         if self._pool is None:  # niced (less than the compiles): the processes driving the GPU come first.
             # Torch baselines launch several kernels from Python: with the references at full priority
             # on 8 cores, 1-2 of them a bench --all on the H100 timed 2-3x slow (p80/p20 2-3.4), all in its
             # first half, while the references were being computed
             self._pool = ProcessPoolExecutor(max_workers=min(8, os.cpu_count() or 1), initializer=os.nice,
                                              initargs=(5,), mp_context=_POOL_START)
+        queued = {q[0] for q in self._queued}
         for i, (family, precision) in enumerate(groups):
             key, plan = self._case_plan(family, self.sizes_for(family), precision)
-            if key not in self._cases and key not in self._pending:
-                self._pending[key] = self._pool.submit(build_cases, str(self.project.root), family.name, precision,
-                                                       plan, str(self._tmp / f"{family.name}-{precision}-p{i}"))
+            if key not in self._cases and key not in self._pending and key not in queued:
+                self._queued.append((key, family, precision, plan, str(self._tmp / f"{family.name}-{precision}-p{i}")))
+                queued.add(key)
+        self._top_up()
+
+    def _held_bytes(self) -> int:
+        return sum(self._case_bytes.get(k, 0) for k in (*self._pending, *self._cases))
+
+    def _top_up(self, force: bool = False) -> None:
+        """Start queued groups while their cases fit the budget beside those started and not yet
+        dropped; with nothing under way (or force), the next one regardless of its size."""
+        while self._queued:
+            key, family, precision, plan, folder = self._queued[0]
+            size = estimated_case_bytes(family, precision, plan)
+            if not (force or not self._pending or self._held_bytes() + size <= self.case_budget):
+                return
+            self._queued.pop(0)
+            self._case_bytes[key] = size
+            self._pending[key] = self._pool.submit(build_cases, str(self.project.root), family.name, precision,
+                                                   plan, folder)
+            force = False
 
     def drop_cases(self, family: Family) -> None:
         """Delete a family's case files (a bench of every family would otherwise fill the disk)
         and free its staged cases on the device."""
-        paths = [path for key in [k for k in self._cases if k[0] == family.name] for path in self._cases.pop(key)]
+        keys = [k for k in self._cases if k[0] == family.name]
+        paths = [path for key in keys for path in self._cases.pop(key)]
+        for key in keys:
+            self._case_bytes.pop(key, None)
+        self._top_up()  # their room goes to the groups waiting
         staged = [p for p in paths if p in self._staged]
         if staged:
             self._release_staged(staged)
@@ -537,12 +579,18 @@ class Session:
         from concurrent.futures import FIRST_COMPLETED, wait
         left = list(groups)
         while left:
-            futures = {id(g): self._pending.get(self._case_plan(g[0], self.sizes_for(g[0]), g[1])[0]) for g in left}
-            ready = [g for g in left if futures[id(g)] is None or futures[id(g)].done()]
+            keys = {id(g): self._case_plan(g[0], self.sizes_for(g[0]), g[1])[0] for g in left}
+            futures = {id(g): self._pending.get(keys[id(g)]) for g in left}
+            queued = {q[0] for q in self._queued}
+            ready = [g for g in left if keys[id(g)] not in queued and (futures[id(g)] is None or futures[id(g)].done())]
             if not ready:
+                under_way = [f for f in futures.values() if f is not None]
+                if not under_way:  # all that is left waits for room that only its own start can make
+                    self._top_up(force=True)
+                    continue
                 t0 = time.perf_counter()
                 self.progress("waiting for the reference cases")
-                wait([f for f in futures.values() if f is not None], return_when=FIRST_COMPLETED)
+                wait(under_way, return_when=FIRST_COMPLETED)
                 self._spent("waiting for references", t0)
                 continue
             left.remove(ready[0])
@@ -594,6 +642,20 @@ def hand_offs(res: dict, rows: list[Row]) -> dict[str, float]:
     return {"child start": max(0.0, began - clock["sent"]),
             "job set-up": max(0.0, ended - began - in_rows),
             "child exit": max(0.0, clock["exited"] - ended)}
+
+
+def estimated_case_bytes(family: Family, precision: str, plan) -> int:
+    """The disk bytes build_cases will write for this plan: each input at its width, each
+    output's expected values as float32 (check.save_case)."""
+    total = 0
+    for sizes, _ in plan:
+        for arg in family.args_for(precision):
+            n = int(np.prod(family.shape(arg, sizes)))
+            if arg.role in ("in", "inout"):
+                total += n * np.dtype(DTYPES[arg.dtype]).itemsize
+            if arg.role in ("out", "inout"):
+                total += n * 4
+    return total
 
 
 def build_cases(root: str, family_name: str, precision: str, plan, folder: str) -> list[str]:
