@@ -1,8 +1,8 @@
 """encoder_backward's one-pass versions (7: fp32, vector atomics into dwte; 10: the same with the
 dwte chunks prefetched to L2; 8: bf16, no atomics, kernels/common/encoder_backward_fast.cuh;
 9: version 8 with its first dout rows bulk-copied into shared memory, the header's DOUT path;
-11: version 8 with the dwte and dwpe chunks it updates bulk-copied into shared memory, ROWS;
-12: version 11 with the scan split across a cluster of four blocks, CLUSTER_ROWS), without a GPU.
+11: version 8 with the dwte and dwpe chunks it updates bulk-copied into shared memory, ROWS),
+without a GPU.
 
 * the headers: precision, determinism, one kernel launch and no scratch at every size, shared
   memory within an SM's at every block size up to the sizes the precondition allows;
@@ -14,9 +14,8 @@ dwte chunks prefetched to L2; 8: bf16, no atomics, kernels/common/encoder_backwa
   enough that a block owns fewer units than it has threads;
 * version 8's bits: the same at every block size and schedule, and equal to a float32 NumPy model
   of its header's formula (bf16: rounded once); version 7's dwpe (no atomics) the same way;
-  versions 9's, 11's and 12's bits equal version 8's (the emulator runs their tiles through the
-  per-thread copy that GPUs before sm_90 take, and version 12 without clusters, its grid rounded
-  up to whole clusters; the TMA and cluster paths themselves are checked on the GPU).
+  versions 9's and 11's bits equal version 8's (the emulator runs their tiles through the
+  per-thread copy that GPUs before sm_90 take; the TMA paths themselves are checked on the GPU).
 
 The L2 prefetches of versions 8 and 10 are checked by the emulator (emu.h's EMU_CHECK_PREFETCH):
 each range inside a buffer, as a prefetch out of bounds would fault on the GPU.
@@ -39,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
 
 FAMILY = Project(ROOT).family("encoder_backward")
-ATOMIC, ONE_PASS, BULK, ROWS, CLUSTERED = 7, 8, 9, 11, 12
+ATOMIC, ONE_PASS, BULK, ROWS = 7, 8, 9, 11
 PREFETCHED = 10  # version 7 with prefetches: widths that are a multiple of 4 only
 SHORT_MAX, SLICES = 8, 8  # encoder_backward_fast.cuh's
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
@@ -93,17 +92,17 @@ def test_the_versions():
     prefetched = FAMILY.version(PREFETCHED)
     assert atomic.precision == prefetched.precision == "fp32"
     assert not atomic.deterministic and not prefetched.deterministic
-    bulk, rows, clustered = FAMILY.version(BULK), FAMILY.version(ROWS), FAMILY.version(CLUSTERED)
-    for v in (one_pass, bulk, rows, clustered):
+    bulk, rows = FAMILY.version(BULK), FAMILY.version(ROWS)
+    for v in (one_pass, bulk, rows):
         assert v.precision == "bf16" and v.deterministic, v.path.name
     trainer = [{"B": B, "T": T, "C": C, "V": 50257} for B in (1, 4, 32) for T in (64, 1024) for C in (768, 1600)]
-    for v in (atomic, prefetched, one_pass, bulk, rows, clustered):
+    for v in (atomic, prefetched, one_pass, bulk, rows):
         assert not v.scratch
         for sizes in [FAMILY.default_sizes, *FAMILY.test_sizes, *trainer]:
             if v is prefetched and sizes["C"] % 4:
                 assert v.unmet(sizes) == ["C % 4 == 0"]
                 continue
-            if v in (bulk, rows, clustered) and sizes["C"] % 8:
+            if v in (bulk, rows) and sizes["C"] % 8:
                 assert v.unmet(sizes) == ["C % 8 == 0"]
                 continue
             assert not v.unmet(sizes), (v.path.name, sizes)
@@ -112,7 +111,7 @@ def test_the_versions():
                 assert len(steps) == 1 and steps[0].kind == "kernel", (v.path.name, sizes)
 
 
-@pytest.mark.parametrize("number", (ONE_PASS, BULK, ROWS, CLUSTERED))
+@pytest.mark.parametrize("number", (ONE_PASS, BULK, ROWS))
 def test_the_one_pass_table_fits(number):
     """Versions 8, 9 and 11: a block's positions (B x the time steps its units touch) never
     exceed PB, the table has at least 2 PB slots, and shared memory stays within an SM's 227 KB
@@ -135,20 +134,15 @@ def test_the_one_pass_table_fits(number):
                     assert B * span <= PB, (sizes, block_size)
                     shared = expr.evaluate_int(steps[0].shared, env)
                     assert shared <= 227 * 1024
-                    grid = expr.evaluate_int(steps[0].grid[0], env)
-                    assert grid * UB >= T * CU  # every unit has its block
-                    if number == CLUSTERED:  # whole clusters of four, at most three blocks idle
-                        assert grid % 4 == 0 and (grid - 4) * UB < T * CU
-                    if number in (BULK, ROWS, CLUSTERED):  # the tile (8 or 9 x UB units of 16 bytes), 9 barriers, the ids up to N = 8192
+                    if number in (BULK, ROWS):  # the tile (8 or 9 x UB units of 16 bytes), 9 barriers, the ids up to N = 8192
                         rows = 8 if number == BULK else 9
-                        cmask = 128 if number == CLUSTERED else 0  # the cluster's filter: 2 KB
-                        assert shared >= 16 * (rows * UB + 5 + (N // 4 if (N := B * T) <= 8192 else 0) + cmask) + 8192
+                        assert shared >= 16 * (rows * UB + 5 + (N // 4 if (N := B * T) <= 8192 else 0)) + 8192
                         if C >= 768:  # GPT-2's widths: two blocks an SM, as the launch bounds intend
                             assert 2 * (shared + 1024) <= 228 * 1024, (sizes, block_size, shared)
 
 
 # ---- the kernels on the emulator ---------------------------------------------------------------
-EMULATED = [(n, s) for n in (ATOMIC, PREFETCHED, ONE_PASS, BULK, ROWS, CLUSTERED) for s in FAMILY.test_sizes
+EMULATED = [(n, s) for n in (ATOMIC, PREFETCHED, ONE_PASS, BULK, ROWS) for s in FAMILY.test_sizes
             if not FAMILY.version(n).unmet(s)]
 
 
@@ -166,7 +160,7 @@ def test_every_test_size_on_the_emulator(number, sizes):
 
 
 @needs_gxx
-@pytest.mark.parametrize("number", (ATOMIC, PREFETCHED, ONE_PASS, BULK, ROWS, CLUSTERED))
+@pytest.mark.parametrize("number", (ATOMIC, PREFETCHED, ONE_PASS, BULK, ROWS))
 def test_skewed_batches_on_the_emulator(number):
     """One token holds ~60% of the positions over a large vocabulary (version 8: one long group,
     many unique tokens and short groups), and ~30% over a vector width of 4 but not 8."""
@@ -174,7 +168,7 @@ def test_skewed_batches_on_the_emulator(number):
     for sizes, share, seed in (({"B": 2, "T": 96, "C": 264, "V": 3000}, 0.6, 3),
                                ({"B": 3, "T": 50, "C": 36, "V": 40}, 0.3, 4)):
         if version.unmet(sizes):  # versions 9 and 11 (and 10) need widths of whole 16-byte units
-            assert number in (BULK, ROWS, CLUSTERED, PREFETCHED) and sizes["C"] % 8
+            assert number in (BULK, ROWS, PREFETCHED) and sizes["C"] % 8
             continue
         case = case_with_tokens(version, sizes, seed, skewed_tokens(sizes, seed, share, token=sizes["V"] // 2))
         for block_size, sched in ((version.block_sizes[0], "PRIORITY"), (version.block_sizes[-1], "SHUFFLE")):
@@ -389,7 +383,7 @@ def test_the_header_at_fp32_bits_are_the_formulas(fp32_twin):
 
 
 @needs_gxx
-@pytest.mark.parametrize("number", (BULK, ROWS, CLUSTERED))
+@pytest.mark.parametrize("number", (BULK, ROWS))
 def test_the_bulk_versions_give_version_8s_bits(number):
     """Versions 9 and 11 change when and how rows arrive (9: the first dout rows; 11: the dwte and
     dwpe chunks), not a single sum: their outputs are version 8's bit for bit, at the default

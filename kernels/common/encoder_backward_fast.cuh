@@ -56,13 +56,6 @@
 #ifndef KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
 #define KERNELS_COMMON_ENCODER_BACKWARD_FAST_CUH
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#include <cooperative_groups.h>  // CLUSTER_ROWS: the cluster's ranks, barriers and shared memory
-#define EBFAST_SM90 1
-#else
-#define EBFAST_SM90 0  // before sm_90 and on the CPU emulator, CLUSTER_ROWS is ROWS: no clusters
-#endif
-
 #include "l2_prefetch.cuh"  // prefetch_l2_range: row ranges asked of L2 (sm_90 bulk prefetch)
 
 namespace ebfast {
@@ -74,10 +67,7 @@ constexpr int WGROUP = 4;     // dwte chunks it loads at once
 constexpr int EMPTY = -1;     // a free hash slot (never a valid token)
 constexpr int FILTER_WORDS = 128;  // a 4096-bit filter of the block's tokens: most ids stop there
 constexpr unsigned FULL = 0xffffffffu;
-enum Bulk { NONE = 0, DOUT = 1, ROWS = 2, CLUSTER_ROWS = 3 };  // versions 8, 9, 11, 12: see encoder_backward_fast
-// CLUSTER_ROWS: a cluster of this many blocks shares the scan (version 12's __cluster_dims__).
-constexpr int CLUSTER = 4;  // at most 4: the cmask keeps four bits, one a rank, per filter bit
-constexpr int CMASK_WORDS = 512;  // CLUSTER_ROWS: four bits per filter bit, bit r set by cluster rank r's tokens
+enum Bulk { NONE = 0, DOUT = 1, ROWS = 2 };  // versions 8, 9 and 11: see encoder_backward_fast below
 
 template <typename Elem, int VEC> struct Row;
 
@@ -190,73 +180,6 @@ __device__ void scan_ids(const int* inp, int N, int V, const Smem& s, const int4
         int v = __ldg(inp + n);
         if (passes(v, s)) probe(v, n, V, s);
     }
-}
-
-// CLUSTER_ROWS on sm_90: the blocks of a cluster split the scan. Each block's tokens set its rank's
-// bit in every block's cmask (four bits per filter bit), so after the cluster's barrier each block
-// holds the cluster's filter and knows whose tables an id may be in. Block r then reads only the
-// r-th of the CLUSTER slices of inp, and counts each id that passes in the tables of the blocks
-// its four bits name, through distributed shared memory (atomics, as probe's own). The counts are
-// final for every block once all have passed the next cluster barrier; the sums and their order
-// do not change (they follow from the counts, the leaders and the ascending lists).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ Smem remote(const Smem& s, unsigned rank) {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    Smem r = s;
-    r.key = cluster.map_shared_rank(s.key, rank);
-    r.cnt = cluster.map_shared_rank(s.cnt, rank);
-    r.lead = cluster.map_shared_rank(s.lead, rank);
-    r.list = cluster.map_shared_rank(s.list, rank);
-    return r;
-}
-
-__device__ __forceinline__ void cmask_set(unsigned* cmask, int v, unsigned rank) {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    unsigned f = filter_bit(v);
-    for (unsigned j = 0; j < CLUSTER; j++)
-        atomicOr(cluster.map_shared_rank(cmask, j) + (f >> 3), (1u << rank) << (4 * (f & 7)));
-}
-
-__device__ __forceinline__ void probe_cluster(int v, int n, int V, const Smem& s, const unsigned* cmask) {
-    unsigned f = filter_bit(v);
-    unsigned m = cmask[f >> 3] >> (4 * (f & 7)) & 0xfu;
-    while (m) {
-        unsigned j = __ffs(m) - 1;
-        m &= m - 1;
-        probe(v, n, V, remote(s, j));
-    }
-}
-
-// Rank r's slice of inp: the whole 16-byte units [r * nq / CLUSTER, (r + 1) * nq / CLUSTER) (from
-// units, holding exactly those, when given; else from inp) and the same share of the last N % 4
-// ids (or of all N when inp is not 16-byte aligned: nq = 0).
-__device__ void scan_ids_cluster(const int* inp, int N, int V, const Smem& s, const unsigned* cmask, int nq,
-                                 unsigned rank, const int4* units) {
-    int bs = blockDim.x;
-    const int q0 = (int)((long long)rank * nq / CLUSTER), q1 = (int)((long long)(rank + 1) * nq / CLUSTER);
-    const int4* q = reinterpret_cast<const int4*>(inp);
-    for (int i = q0 + threadIdx.x; i < q1; i += bs) {
-        int4 x = units ? units[i - q0] : __ldg(q + i);
-        int v[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) probe_cluster(v[e], 4 * i + e, V, s, cmask);
-    }
-    const int rest = N - 4 * nq;
-    const int n0 = 4 * nq + (int)((long long)rank * rest / CLUSTER), n1 = 4 * nq + (int)((long long)(rank + 1) * rest / CLUSTER);
-    for (int n = n0 + threadIdx.x; n < n1; n += bs) probe_cluster(__ldg(inp + n), n, V, s, cmask);
-}
-#endif
-
-// Barriers of the table's build and scan: the cluster's (CLUSTER_ROWS on sm_90) or the block's.
-template <int BULK>
-__device__ __forceinline__ void table_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (BULK == CLUSTER_ROWS) {
-        cooperative_groups::this_cluster().sync();
-        return;
-    }
-#endif
-    __syncthreads();
 }
 
 // acc += the rows of the positions in [lo, hi) holding token v, in ascending order, at channels
@@ -573,10 +496,9 @@ __device__ __forceinline__ void positions_tiled(const Row<Elem, VEC> (&d)[BGROUP
 // BGROUP + 1 row-blocks for ROWS), BGROUP + 1 mbarriers (5 more units: the last one is the ids';
 // ROWS uses the first for its rows), the ids' units when they are copied (nq), then the layout
 // above.
-// CLUSTER_ROWS adds the cmask (CMASK_WORDS words: 128 units) after the ids.
-__device__ __forceinline__ int tile_rows(int bulk) { return bulk >= ROWS ? BGROUP + 1 : BGROUP; }
+__device__ __forceinline__ int tile_rows(int bulk) { return bulk == ROWS ? BGROUP + 1 : BGROUP; }
 __device__ __forceinline__ int bulk_units(int bulk, int UB, int nq) {
-    return tile_rows(bulk) * UB + BGROUP / 2 + 1 + nq + (bulk == CLUSTER_ROWS ? CMASK_WORDS / 4 : 0);
+    return tile_rows(bulk) * UB + BGROUP / 2 + 1 + nq;
 }
 
 // ids_in_smem (DOUT and ROWS only): all of inp's whole units are copied into shared memory at the
@@ -587,8 +509,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
                                       bool ids_in_smem = false) {
     const int CU = C / VEC, N = B * T, bs = blockDim.x, tid = threadIdx.x;
     const int u0 = blockIdx.x * UB, u1 = min(u0 + UB, T * CU);
-    // span is 0 for a block past the last unit (CLUSTER_ROWS rounds the grid up to whole clusters)
-    const int ta = u0 / CU, span = max(0, (u1 - 1) / CU - ta + 1), P = B * span;  // P <= PB
+    const int ta = u0 / CU, span = (u1 - 1) / CU - ta + 1, P = B * span;  // P <= PB
     const int u = u0 + tid;
     const bool active = tid < UB && u < u1;
     const int t = active ? u / CU : ta, c = active ? (u % CU) * VEC : 0;
@@ -602,27 +523,16 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     // requests the dout rows only once the own ids are in; ROWS asks for the dwte rows' chunks
     // once the own ids are in and loads the dout chunks only after the plan, just before the
     // updates: DRAM gets the ids, then the rows, then dout, in the order they are needed.
-    // CLUSTER_ROWS (sm_90): this block scans only its rank's slice of the ids' whole units, so only
-    // that slice is copied.
-    constexpr bool SPLIT = BULK == CLUSTER_ROWS && EBFAST_SM90;
-    unsigned rank = 0;
-#if EBFAST_SM90
-    if constexpr (SPLIT) rank = cooperative_groups::this_cluster().block_rank();
-#endif
-    const int nq_all = (reinterpret_cast<size_t>(inp) & 15) == 0 ? N / 4 : 0;
-    const int q0 = SPLIT ? (int)((long long)rank * nq_all / CLUSTER) : 0;
-    const int q1 = SPLIT ? (int)((long long)(rank + 1) * nq_all / CLUSTER) : nq_all;
     int4* tile = reinterpret_cast<int4*>(shared4);
     const int trows = tile_rows(BULK);
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4 + trows * UB);
     static_assert(BULK == NONE || VEC * sizeof(Elem) == 16, "DOUT and ROWS move 16-byte units");
     int4* ids = reinterpret_cast<int4*>(shared4 + trows * UB + BGROUP / 2 + 1);
-    const int ids_nq = BULK != NONE && ids_in_smem ? q1 - q0 : 0;
-    unsigned* cmask = reinterpret_cast<unsigned*>(ids + ids_nq);  // CLUSTER_ROWS only
+    const int ids_nq = BULK != NONE && ids_in_smem && (reinterpret_cast<size_t>(inp) & 15) == 0 ? N / 4 : 0;
     if constexpr (BULK != NONE) {
         bulk_init(bars, BGROUP + 1);
         if (ids_nq > 0)
-            bulk_ids(ids, bars + BGROUP, inp + 4 * q0, ids_nq);  // the scan's ids, before any other request
+            bulk_ids(ids, bars + BGROUP, inp, ids_nq);  // the scan's ids, before any other request
         else if (tid == 0)
             prefetch_l2_ints(inp, N);
         shared4 += bulk_units(BULK, UB, ids_nq);
@@ -634,7 +544,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
         for (int j = 0; j < BGROUP; j++)
             if (j < B) d[j].load(dout + (j * T + t) * C + c);  // N * C < 2^31 (family precondition)
     }
-    if constexpr (BULK < ROWS && VEC * sizeof(Elem) % 16 == 0) {
+    if constexpr (BULK != ROWS && VEC * sizeof(Elem) % 16 == 0) {
         if (tid < span) {  // the block's chunks of dwpe's rows ta .. ta + span - 1
             int tp = ta + tid, ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
             prefetch_l2_range(dwpe + tp * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
@@ -650,9 +560,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     }
     if (tid == 0) *s.nlong = 0;
     for (int i = tid; i < FILTER_WORDS; i += bs) s.filter[i] = 0u;
-    if constexpr (SPLIT)
-        for (int i = tid; i < CMASK_WORDS; i += bs) cmask[i] = 0u;
-    table_sync<BULK>();  // (CLUSTER_ROWS: every block's cmask is clear before any block sets a bit)
+    __syncthreads();
     for (int p = tid; p < P; p += bs) {
         int v = p == tid ? my_id : __ldg(inp + (p / span) * T + ta + p % span), h = -1;
         if ((unsigned)v < (unsigned)V) {
@@ -664,15 +572,12 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
             }
             unsigned f = filter_bit(v);
             atomicOr(s.filter + (f >> 5), 1u << (f & 31));
-#if EBFAST_SM90
-            if constexpr (SPLIT) cmask_set(cmask, v, rank);
-#endif
             // The block's chunks of this token's dwte row, on their way to L2 during the scan
             // (the load that needs them comes after it). Also for positions that will turn out
             // not to lead their token (8% of them on uniform tokens): a little wasted DRAM.
             // The first BGROUP b only: later groups are prefetched one group ahead (below), so
             // that a large batch does not ask L2 to hold more than it can.
-            if constexpr (BULK < ROWS && VEC * sizeof(Elem) % 16 == 0) {
+            if constexpr (BULK != ROWS && VEC * sizeof(Elem) % 16 == 0) {
                 int tp = ta + p % span, ca = max(0, u0 - tp * CU), cb = min(CU, u1 - tp * CU);
                 if (p / span < BGROUP)
                     prefetch_l2_range(dwte + v * C + ca * VEC, (unsigned)((cb - ca) * VEC * sizeof(Elem)));
@@ -680,23 +585,18 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
         }
         s.own[p] = h;
     }
-    table_sync<BULK>();  // (CLUSTER_ROWS: the cluster's tables and cmasks are complete)
+    __syncthreads();
     if constexpr (BULK == DOUT)  // the own ids are in: now the dout rows (the barrier made the init visible)
         bulk_issue(tile, bars, reinterpret_cast<const int4*>(dout), min(B, BGROUP), T * CU, u0, u1, UB, active);
-    if constexpr (BULK >= ROWS)  // the own ids are in: now the chunks of their dwte rows, and dwpe's
+    if constexpr (BULK == ROWS)  // the own ids are in: now the chunks of their dwte rows, and dwpe's
         rows_issue<VEC>(tile, bars, dwte, dwpe, B, C, CU, u0, u1, UB, ta, span, active, t, c, s);
 
     // 3. Every position of inp counted against the table: each own token's count, leader and
     //    (up to SHORT_MAX) positions.
     if (ids_nq > 0) bulk_wait(bars, BGROUP);  // (ids_nq is 0 without BULK)
-#if EBFAST_SM90
-    if constexpr (SPLIT)
-        scan_ids_cluster(inp, N, V, s, cmask, nq_all, rank, ids_nq > 0 ? ids : nullptr);
-    else
-#endif
-        scan_ids(inp, N, V, s, ids_nq > 0 ? ids : nullptr);
-    table_sync<BULK>();  // (CLUSTER_ROWS: every count is final, and no block touches another's memory after)
-    if (BULK >= ROWS && tid == 0) bulk_arrive(bars);  // every copy of the rows has its bytes counted
+    scan_ids(inp, N, V, s, ids_nq > 0 ? ids : nullptr);
+    __syncthreads();
+    if (BULK == ROWS && tid == 0) bulk_arrive(bars);  // every copy of the rows has its bytes counted
 
     // 4. Short lists in ascending order (they were filled in scan order); the long groups' leaders.
     for (int i = tid; i <= s.mask; i += bs) {
@@ -729,7 +629,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
                 if (j < B) d[j].load(reinterpret_cast<const Elem*>(tile + j * UB + tid));
         }
     }
-    if constexpr (BULK >= ROWS) {
+    if constexpr (BULK == ROWS) {
         if (active) {
 #pragma unroll
             for (int j = 0; j < BGROUP; j++)
@@ -752,7 +652,7 @@ __device__ void encoder_backward_fast(float4* shared4, Elem* dwte, Elem* dwpe, c
     }
     if (active) {
         Row<Elem, VEC> pe;
-        if constexpr (BULK >= ROWS)
+        if constexpr (BULK == ROWS)
             pe.load(reinterpret_cast<const Elem*>(tile + BGROUP * UB + tid));
         else
             pe.load(dwpe + t * C + c);
