@@ -38,6 +38,16 @@ land last. The updates (dout loads and 13 MB of
 stores) still take ~4.5 us after the rows land. Even with the scan free, ~0.87x: the ids' round
 trip, then the rows', both before the first dwte store, is this design's floor.
 
+Tried after (2026-11-25, not kept): the scan split across a cluster of four blocks (sm_90's
+__cluster_dims__ and distributed shared memory: each block's tokens set its rank's bit in a
+filter every block of the cluster holds, each block scans a quarter of the ids and probes the
+tables the filter names, remotely). On the H100 the clusters of four blocks of 206 KB of shared
+memory were placed on 124 SMs only (clusters must fit within a GPC), so the 256 blocks took two
+waves, the last starting at 16 us: 40.5 us timed, three rounds, against this version's 25.7.
+Smaller clusters, or blocks small enough for three an SM, would be the next form to try; its
+first form also failed the check at sizes where the ranks' slices of the ids differ in size (the
+tables then sat at different offsets in each block, and a remote probe assumes one layout).
+
 B > 8 (the trainer's B = 16 and 32): the tile holds the first eight b; later groups are version
 8's (dwte prefetched one group ahead, loaded after). N > 8192: the ids are scanned from L2 (one
 bulk prefetch at the start), as in version 9. Before sm_90 (and on the CPU emulator) each thread
