@@ -19,8 +19,9 @@ when N <= 8192) and version 8's 14.6 KB: two blocks an SM at 384 threads (206 KB
 Prediction: scan done at ~8 us, the rows landed with it, then dout and the stores: ~14 us of
 kernel, ~22 us timed as the bench times (0.9x the copy).
 
-Measured on the H100 (2026-11-25; experiment copies timed beside version 8 by the workbench's
-method, L2 flushed, three rounds, block 384): version 8 26.8, 26.5 and 26.5 us; this version
+Measured on the H100 (2026-11-25, results/h100-encoder-backward-11-orders-2026-11-25.txt;
+experiment copies timed beside version 8 by the workbench's method, L2 flushed, three rounds,
+block 384): version 8 26.8, 26.5 and 26.5 us; this version
 25.6, 25.6 and 25.4 us, against a copy of the same bytes at 19.4-19.9 us (0.76-0.77x). Its form
 with the dout chunks loaded at the start as in version 8 (the ids and the rows as here): 25.8,
 25.6 and 25.6 us; with them loaded once the own ids are in, before the scan: 28.4, 28.5 and 28.4
@@ -43,7 +44,8 @@ __cluster_dims__ and distributed shared memory: each block's tokens set its rank
 filter every block of the cluster holds, each block scans a quarter of the ids and probes the
 tables the filter names, remotely). On the H100 the clusters of four blocks of 206 KB of shared
 memory were placed on 124 SMs only (clusters must fit within a GPC), so the 256 blocks took two
-waves, the last starting at 16 us: 40.5 us timed, three rounds, against this version's 25.7.
+waves, the last starting at 16 us: 40.5 us timed, three rounds, against this version's 25.7
+(results/h100-encoder-backward-cluster-2026-11-25.txt).
 Smaller clusters, or blocks small enough for three an SM, would be the next form to try; its
 first form also failed the check at sizes where the ranks' slices of the ids differ in size (the
 tables then sat at different offsets in each block, and a remote probe assumes one layout).
