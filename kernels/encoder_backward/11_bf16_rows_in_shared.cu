@@ -46,9 +46,13 @@ tables the filter names, remotely). On the H100 the clusters of four blocks of 2
 memory were placed on 124 SMs only (clusters must fit within a GPC), so the 256 blocks took two
 waves, the last starting at 16 us: 40.5 us timed, three rounds, against this version's 25.7
 (results/h100-encoder-backward-cluster-2026-11-25.txt).
-Smaller clusters, or blocks small enough for three an SM, would be the next form to try; its
-first form also failed the check at sizes where the ranks' slices of the ids differ in size (the
-tables then sat at different offsets in each block, and a remote probe assumes one layout).
+Nor did the split make the scan shorter: in the first wave (the default sizes give every rank
+the same slice, so the layouts agreed there) a block took 4.7 us from its ids' arrival to the end
+of the scan (medians over blocks), against 3.4 us for this version's whole scan: the remote
+probes and the cluster's barrier cost more than the three quarters of the filter tests they
+saved. (That form also failed the check at sizes where the ranks' slices of the ids differ in
+size: the tables then sat at different offsets in each block, and a remote probe assumes one
+layout.) Not worth a smaller cluster.
 
 B > 8 (the trainer's B = 16 and 32): the tile holds the first eight b; later groups are version
 8's (dwte prefetched one group ahead, loaded after). N > 8192: the ids are scanned from L2 (one
