@@ -196,6 +196,20 @@ def test_a_dead_rank_stops_the_others_within_seconds(tmp_path, data):
     assert proc.returncode != 0 and took < 60
 
 
+def test_bf16_relu_attention_follows_fp32_relu_within_two_percent(tmp_path, data):
+    """--attention relu at bf16 (the tensor-core ReLU versions) from the same init as at fp32 (the
+    CUDA-core ones): the training losses stay within 2% at every one of 40 steps, and both learn."""
+    flags = ["-b", 4, "--steps", 40, "-v", 0, "-s", 0, "--attention", "relu"]
+    fp32 = train(tmp_path, "fp32-relu", data, *flags)
+    bf16 = train(tmp_path, "bf16-relu", data, *flags, "--precision", "bf16")
+    a, b = np.array(fp32["losses"]), np.array(bf16["losses"])
+    assert len(a) == len(b) == 40
+    worst = np.max(np.abs(b - a) / a)
+    print(f"\nfp32 relu {a[[0, 19, 39]]}\nbf16 relu {b[[0, 19, 39]]}\nworst relative difference {worst:.4f}")
+    assert a[-1] < 0.9 * a[0] and b[-1] < 0.9 * b[0], "the runs learn"
+    assert worst < 0.02
+
+
 def test_bf16_follows_fp32_within_two_percent_over_100_steps(tmp_path, data):
     """From the same init, the bf16 trainer (bf16 activations and gradients, fp32 master weights)
     stays within 2% of the fp32 trainer's training loss at every one of 100 steps."""

@@ -187,7 +187,6 @@ def test_a_resume_refuses_an_incomplete_checkpoint(data, folder):
 
 
 @pytest.mark.parametrize("args, option, says", [
-    (["--precision", "bf16", "--attention", "relu"], "--attention", "relu has no bf16"),
     (["--attention", "cudnn"], "--attention", "cudnn needs --precision bf16"),
     (["--attention", "flash", "--no-tf32"], "--attention", "needs --tf32"),
     (["--precision", "fp16"], "--precision", "'fp16' is not one of"),

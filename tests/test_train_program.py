@@ -287,10 +287,10 @@ def test_attention_choices_that_do_not_exist_are_refused_before_any_gpu_work():
     config = preset("tiny")
     with pytest.raises(TrainError, match="cudnn needs --precision bf16"):
         Program(config, 1, 8, "cudnn")
-    with pytest.raises(TrainError, match="relu has no bf16"):
-        Program(config, 1, 8, "relu", precision="bf16")
     with pytest.raises(TrainError, match="needs --tf32"):
         Program(config, 1, 8, "flash", tf32=False)
+    relu = Program(config, 1, 8, "relu", precision="bf16")  # the tensor-core ReLU versions, promoted at bf16
+    assert {c.family for c in relu.calls if "attention" in c.family} == {"relu_attention_forward", "relu_attention_backward"}
     p = Program(config, 1, 8, "flash")
     assert {c.variant for c in p.calls if c.family.startswith("attention")} == {"tf32"}
     p = Program(config, 1, 8, "cudnn", precision="bf16")

@@ -177,7 +177,7 @@ SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
                    "and optimizer state, logits' loss in fp32.")
 @click.option("--attention", type=click.Choice(["softmax", "flash", "cudnn", "relu"]),
               help="softmax: the promoted attention at the precision (fp32: CUDA cores, exact); flash: our tensor-core "
-                   "flash attention (fp32: its TF32 variant); cudnn: cuDNN's (bf16); relu: ReLU attention (fp32) "
+                   "flash attention (fp32: its TF32 variant); cudnn: cuDNN's (bf16); relu: ReLU attention (fp32: CUDA cores; bf16: tensor cores) "
                    "[default: softmax at fp32, flash at bf16].")
 @click.option("--tf32/--no-tf32", default=True, show_default=True, help="TF32 tensor cores for the fp32 matmuls.")
 @click.option("--save", type=click.Path(dir_okay=False), help="Write a v3 checkpoint here at the end (and on Ctrl-C).")

@@ -137,8 +137,6 @@ def attention_variant(attention: str, precision: str) -> str | None:
     from .errors import TrainError
     if attention == "cudnn" and precision != "bf16":
         raise TrainError("--attention cudnn needs --precision bf16 (cuDNN's fused attention has no fp32 path)")
-    if attention == "relu" and precision != "fp32":
-        raise TrainError("--attention relu has no bf16 versions yet: use --precision fp32")
     if attention == "flash" and precision == "fp32":
         return "tf32"
     return "cudnn" if attention == "cudnn" else None
