@@ -42,6 +42,10 @@ Head sizes that are not a multiple of 8 (rows not 16-byte aligned) take element-
 and stores instead of cp.async; the tiles and fragments are the same. HS > 64 uses 128-channel
 tiles with 32-row streamed tiles (halving the score fragments keeps the fp32 dK and dV
 accumulators, 128 registers a thread, in registers).
+
+Measured on the H100 (2026-11-25, bench relu_attention_backward, B=8 T=1024 NH=12 HS=64): 211.7
+us, against version 2's 1085.6 us (fp32) and PyTorch's bf16 autograd 1409 us in the same run;
+promoted for the trainer's bf16 --attention relu (111.3 us at B=4).
 """
 preconditions = ["HS <= 128"]  # channel tile 64 (HS <= 64) or 128, HS zero-padded
 block_sizes = [128]            # 4 warps, 16 own rows each: 64 keys (dK/dV) or 64 queries (dQ) per block
