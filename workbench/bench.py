@@ -70,6 +70,15 @@ STANDBY = 2
 # never see their end of file).
 _POOL_START = multiprocessing.get_context("forkserver")
 
+# Version children done with their job, kept idle and let go together after the family's versions
+# (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
+LINGER = 12
+# The reference cases may hold this share of the free disk at the session's start (at least the
+# minimum), leaving a quarter to everything else. On the H100's host (69 GB free) 40% held the
+# bench --all up by 39 s waiting for the large families' references (228 s against 191).
+CASE_BUDGET_SHARE = 0.75
+CASE_BUDGET_MIN = 4 * 1024**3
+
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Stop a background pool now: queued work is cancelled and work under way is killed, not
@@ -84,14 +93,6 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
         process.kill()
     for process in processes:
         process.join(timeout=10)
-# Version children done with their job, kept idle and let go together after the family's versions
-# (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
-LINGER = 12
-# The reference cases may hold this share of the free disk at the session's start (at least the
-# minimum), leaving a quarter to everything else. On the H100's host (69 GB free) 40% held the
-# bench --all up by 39 s waiting for the large families' references (228 s against 191).
-CASE_BUDGET_SHARE = 0.75
-CASE_BUDGET_MIN = 4 * 1024**3
 
 
 def _quiet(_: str) -> None:
@@ -109,7 +110,7 @@ class Session:
         self._cases: dict[tuple, list[str]] = {}
         self._pending: dict[tuple, Future] = {}   # cases being computed in the background
         self._queued: list[tuple] = []             # (key, family, precision, plan, folder) not yet started
-        self._case_bytes: dict[tuple, int] = {}    # estimated disk bytes of each started group's cases
+        self._case_bytes: dict[tuple, int] = {}    # estimated disk bytes of each queued or started group's cases
         # How far the references may run ahead of the GPU, in bytes of case files on disk: every
         # family's cases at once would be ~90 GB (softmax alone 10), more than the H100 host's
         # disk, and a stalled version once let them fill it.
@@ -238,6 +239,7 @@ class Session:
             key, plan = self._case_plan(family, self.sizes_for(family), precision)
             if key not in self._cases and key not in self._pending and key not in queued:
                 self._queued.append((key, family, precision, plan, str(self._tmp / f"{family.name}-{precision}-p{i}")))
+                self._case_bytes[key] = estimated_case_bytes(family, precision, plan)
                 queued.add(key)
         self._top_up()
 
@@ -249,11 +251,9 @@ class Session:
         dropped; with nothing under way (or force), the next one regardless of its size."""
         while self._queued:
             key, family, precision, plan, folder = self._queued[0]
-            size = estimated_case_bytes(family, precision, plan)
-            if not (force or not self._pending or self._held_bytes() + size <= self.case_budget):
+            if not (force or not self._pending or self._held_bytes() + self._case_bytes[key] <= self.case_budget):
                 return
             self._queued.pop(0)
-            self._case_bytes[key] = size
             self._pending[key] = self._pool.submit(build_cases, str(self.project.root), family.name, precision,
                                                    plan, folder)
             force = False
