@@ -278,6 +278,11 @@ inline float4 atomicAdd(float4* p, float4 v) {
     *p = {old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w};
     return old;
 }
+inline int atomicExch(int* p, int v) {
+    int old = *p;
+    *p = v;
+    return old;
+}
 inline int atomicCAS(int* p, int cmp, int v) {
     int old = *p;
     if (old == cmp) *p = v;

@@ -27,6 +27,14 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {  // round to nearest even, N
     return {uint16_t(u >> 16)};
 }
 inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)}; }
+// sm_80's bf16x2 atomic: each half added in float and rounded once, as the GPU does.
+inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) {
+    if (reinterpret_cast<uintptr_t>(p) % 4) emu_fail("bf16x2 atomicAdd not 4-byte aligned");
+    __nv_bfloat162 old = *p;
+    *p = __floats2bfloat162_rn(__bfloat162float(old.x) + __bfloat162float(v.x),
+                               __bfloat162float(old.y) + __bfloat162float(v.y));
+    return old;
+}
 
 struct alignas(16) Pack8 {
     bf16 v[8];

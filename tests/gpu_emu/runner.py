@@ -231,13 +231,15 @@ def _plan(version: Version, sizes: dict, block_size, case) -> tuple[list, list, 
 
 def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode: str = "LATE",
             sched: str = "PRIORITY", sched_seed: int = 1, sanitize: bool = True, case=None,
-            block_order: int = 0, outputs: dict | None = None, extra_source: str = "") -> list:
+            block_order: int = 0, outputs: dict | None = None, extra_source: str = "",
+            inputs_after: dict | None = None) -> list:
     """Run the version on the emulator; returns workbench.check.ArgReport per output.
     mode: when cp.async copies land (EARLY: at issue; LATE: at the covering wait).
     sched: SHUFFLE (warps in step) or PRIORITY (one warp races ahead: exposes missing barriers).
     block_order: 0 runs a launch's blocks in index order; any other value is a seed for a shuffled
     order (blocks still run one at a time). outputs: if a dict, it receives each output's values.
-    extra_source: code the driver places before the version (see build)."""
+    extra_source: code the driver places before the version (see build). inputs_after: if a dict,
+    it receives each input's raw contents after the run (a kernel that must leave one as it was)."""
     fam = version.family
     if block_size is None:
         block_size = version.block_sizes[0]
@@ -266,6 +268,9 @@ def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode:
                               capture_output=True, text=True, env=env)
         if proc.returncode:
             raise RuntimeError(f"emulated run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+        if inputs_after is not None:
+            for name in case.inputs:
+                inputs_after[name] = np.fromfile(out / f"{name}.bin", dtype=np.asarray(case.inputs[name]).dtype)
         reports = []
         for a in version.args:
             if not a.is_output:
