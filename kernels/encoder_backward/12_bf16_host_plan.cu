@@ -22,12 +22,24 @@ at the default sizes, 0.08% of the 40.9 MB) plus the records of groups of three 
 the default sizes but a few hundred bytes). In the trainer the plan of each micro-step is made
 while the GPU runs the step before and uploaded with the tokens.
 
+Prediction: a copy's time, as version 10 (fp32, reductions, 0.98-1.0x): the scan gone, the one
+dependent round trip (ids, then the reductions' lines) hidden by the other warps' dout loads.
+
+Measured on the H100 (2026-11-25, bench encoder_backward, the family's default sizes, L2 flushed):
+the first form, launch bounds (384, 2), took 84 us: the leader's function took the dout chunks by
+reference, so all eight of every thread went through local memory. Passed by value: 36.7 and 36.6
+us, still with 38 bytes of spills around the call at 80 registers; the same with scalar bf16x2
+reductions 46.7-46.9, with lone rows loaded, added and stored instead of reduced 49.8 (75 at 80
+registers), without the prefetches 39-40. At launch bounds (256, 2), 128 registers and no spills:
+19.5 and 19.6 us against the copy's 19.8 and 19.9 (1.01x), version 8 26.5 and 26.7, version 11
+26.6 and 26.1 in the same runs.
+
 Tickets: a long group's counters live in the plan (zeros as the host writes them); the last
 segment sets its counter back to zero, so the plan is the same after the launch as before and a
 launch may be repeated with it (the bench does). The partial sums go through a scratch of C
 floats per slot (partial_slots(N) rows).
 """
-block_sizes = [128, 256, 384]  # launch bounds (384, 2): 80 registers
+block_sizes = [128, 256]  # launch bounds (256, 2): 128 registers, no spills
 preconditions = ["C % 8 == 0"]  # 16-byte units
 
 [scratch]
@@ -84,9 +96,11 @@ __device__ __forceinline__ void add_store(bf16* dst, const Acc& a) {
 // then the dwte update, directly (one segment) or through the partial sums and the group's
 // ticket for this unit (the last segment to finish adds all of them, in segment order).
 __device__ __noinline__ void lead_segment(bf16* __restrict__ dwte, const bf16* __restrict__ dout, int* plan,
-                                          float* __restrict__ partial, const Pack8& own, int rec, int tok,
+                                          float* __restrict__ partial, int4 own_bits, int rec, int tok,
                                           int unit, int C) {
     int c = unit * 8;
+    Pack8 own;  // by value in registers: a reference would put the caller's chunks in local memory
+    *reinterpret_cast<int4*>(&own) = own_bits;
     int4 h = *reinterpret_cast<const int4*>(plan + rec);          // others, counters, slot, first slot
     int segments = plan[rec + 4];
     Acc a;
@@ -131,7 +145,7 @@ __device__ __noinline__ void lead_segment(bf16* __restrict__ dwte, const bf16* _
 
 }  // namespace eb12
 
-extern "C" __global__ void __launch_bounds__(384, 2)
+extern "C" __global__ void __launch_bounds__(256, 2)
 encoder_backward12(bf16* __restrict__ dwte, bf16* __restrict__ dwpe, const bf16* __restrict__ dout,
                    const int* __restrict__ inp, const int* __restrict__ role, int* plan,
                    float* __restrict__ partial, int B, int T, int C, int V) {
@@ -180,7 +194,8 @@ encoder_backward12(bf16* __restrict__ dwte, bf16* __restrict__ dwpe, const bf16*
                 add_row(a, other);
                 add_store(dst, a);
             } else {
-                lead_segment(dwte, dout, plan, partial, d[j], r[j] - N, tok[j], unit, C);
+                lead_segment(dwte, dout, plan, partial, *reinterpret_cast<const int4*>(&d[j]), r[j] - N, tok[j],
+                             unit, C);
             }
         }
     }
