@@ -40,8 +40,12 @@ def make_backend(world, params):
 
 
 def feed(backend, x, y, step):
+    from references.encoder_backward import encoder_backward_plan
     backend.upload("tokens", x.astype(np.int32).ravel())
     backend.upload("targets", y.astype(np.int32).ravel())
+    role, plan = encoder_backward_plan(x, backend.program.config.channels)  # as the trainer does per micro-step
+    backend.upload("eb_role", role)
+    backend.upload("eb_plan", plan)
     backend.upload("optimizer_scalars", np.array([LR, 0.9, 0.999, 1e-8, 0.0, step + 1], dtype=np.float32))
 
 

@@ -176,3 +176,76 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_model_saved(host_
     _, params = formats.read_checkpoint(tmp_path / "model.bin")
     _, at_two = formats.read_checkpoint(checkpoint.model_path(tmp_path / "ck", 2))
     assert np.array_equal(params, at_two)
+
+
+# -- the plan of the embedding backward: made on the host, one step ahead ---------------------------------
+def record_backward_inputs(monkeypatch) -> list[dict]:
+    """What the device buffers hold whenever a backward runs: the micro-step's tokens, targets
+    and the plan the embedding backward reads."""
+    seen = []
+    original = HostKernels.run
+
+    def run_and_record(self, calls, stream=None):
+        if any(getattr(c, "family", None) == "encoder_backward" for c in calls):
+            seen.append({name: self.host[name].copy() for name in ("tokens", "targets", "eb_role", "eb_plan")})
+        original(self, calls, stream)
+    monkeypatch.setattr(HostKernels, "run", run_and_record)
+    return seen
+
+
+def expected_inputs(path, B, T, C, steps, micro_steps) -> list[dict]:
+    """Per micro-step of each of `steps`, in order: its window of the file and the plan of it."""
+    from references.encoder_backward import encoder_backward_plan
+    batches = trainer.Batches(path, B, T)
+    out = []
+    for step in steps:
+        for k in range(micro_steps):
+            x, y = np.zeros(B * T, np.int32), np.zeros(B * T, np.int32)
+            batches.load(trainer.window(step, k, 0, micro_steps, 1), x, y)
+            role, plan = encoder_backward_plan(x, C)
+            out.append({"tokens": x, "targets": y, "eb_role": role, "eb_plan": plan})
+    return out
+
+
+def assert_same_inputs(seen: list[dict], want: list[dict]) -> None:
+    assert len(seen) == len(want)
+    for i, (a, b) in enumerate(zip(seen, want)):
+        for name in b:
+            assert np.array_equal(a[name], b[name]), f"micro-step {i}: {name}"
+
+
+def test_every_backward_reads_the_plan_of_its_own_micro_steps_tokens(host_gpu, data, tmp_path, monkeypatch):
+    """The plans made one step ahead (and the first step's, made on the spot) reach the device with
+    their micro-step's batch; validation between the steps does not overwrite a prepared batch."""
+    val = tmp_path / "other_val.bin"
+    formats.write_tokens(val, np.arange(200)[::-1] % 11)  # windows unlike the training file's
+    seen = record_backward_inputs(monkeypatch)
+    s = run(tmp_path, "a", **{**data, "val_tokens": str(val), "val_every": 1}, batch=4, total_batch=2 * 4 * 8, steps=5)
+    assert s["micro_steps"] == 2 and len(s["val_losses"]) == 6
+    want = expected_inputs(data["train_tokens"], 4, 8, trainer.preset("micro").channels, range(5), 2)
+    assert_same_inputs(seen, want)
+    assert any((w["eb_role"] >= 4 * 8).any() for w in want)  # the plans hold segments, not only pairs
+
+
+def test_a_prepared_step_uploads_what_a_step_loaded_on_the_spot_does(host_gpu, data, tmp_path, monkeypatch):
+    """Steps 0, 1, 2, then 5, 6 (a jump, as after a resume): the steps the previous call prepared
+    and those it did not upload the same batches and plans as a trainer that prepares none ahead."""
+    opts = TrainOptions(**{**data, "batch": 4, "total_batch": 3 * 4 * 8, "steps": 10})
+    run_ = prepare(opts, Launch())
+    config, params, _ = trainer.load_model("micro", 0)
+    batches = trainer.Batches(data["train_tokens"], 4, 8)
+    steps = [0, 1, 2, 5, 6]
+    seen = record_backward_inputs(monkeypatch)
+    runs = []
+    for ahead in (True, False):
+        t = trainer.Trainer(run_, config, params, Local())
+        for step in steps:
+            if not ahead:
+                t.prepared = None  # as if nothing was prepared: load and plan at the step's start
+            t.step(batches, step, 1e-3)
+            assert t.prepared == step + 1
+        runs.append(seen[:])
+        seen.clear()
+    want = expected_inputs(data["train_tokens"], 4, 8, config.channels, steps, 3)
+    assert_same_inputs(runs[0], want)
+    assert_same_inputs(runs[1], want)

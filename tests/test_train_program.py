@@ -295,3 +295,25 @@ def test_attention_choices_that_do_not_exist_are_refused_before_any_gpu_work():
     assert {c.variant for c in p.calls if c.family.startswith("attention")} == {"tf32"}
     p = Program(config, 1, 8, "cudnn", precision="bf16")
     assert {c.variant for c in p.calls if c.family.startswith("attention")} == {"cudnn"}
+
+
+@pytest.mark.parametrize("precision, B, T", [("fp32", 4, 1024), ("bf16", 16, 1024), ("fp32", 1, 5)])
+def test_the_embedding_backward_reads_the_plan_from_buffers_of_its_contracts_sizes(precision, B, T):
+    """role: one int per position; plan: plan_words(B*T, C) ints (the contract's P); both counted
+    in the program's memory like any buffer, and accepted by check_wiring."""
+    from references.encoder_backward import plan_words
+    from train.backends import _family_sizes, check_wiring
+    from train.model import Slice
+    from workbench.family import Project
+    config = preset("d12")
+    p = Program(config, B, T, "flash" if precision == "bf16" else "softmax", precision=precision)
+    (call,) = [c for c in p.calls if c.family == "encoder_backward"]
+    words = plan_words(B * T, config.channels)
+    assert call.args["inp"] == p.at("tokens")
+    assert call.args["role"] == Slice("eb_role", 0, B * T) and call.args["plan"] == Slice("eb_plan", 0, words)
+    assert p.buffers["eb_role"].dtype == p.buffers["eb_plan"].dtype == "i32"
+    assert p.memory()["eb_role"] == 4 * B * T and p.memory()["eb_plan"] == 4 * words
+    family = Project().family("encoder_backward")
+    sizes = _family_sizes(family, call)
+    assert family.env(sizes)["P"] == words
+    check_wiring(family, call, sizes, {name: spec.dtype for name, spec in p.buffers.items()})

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from references.encoder_backward import plan_words
+
 from .config import GPT2Config
 from .params import MATRICES, PER_LAYER, layout
 
@@ -229,6 +231,10 @@ class Program:
             self._buf(name, self.shard_elems)
         self._buf("tokens", BT, "i32")
         self._buf("targets", BT, "i32")
+        # The plan of the tokens for the embedding backward (references/encoder_backward.py): the
+        # trainer makes it on the host per micro-step and uploads it beside the tokens.
+        self._buf("eb_role", BT, "i32")
+        self._buf("eb_plan", plan_words(BT, C), "i32")
         self._buf("optimizer_scalars", 6)  # [lr, beta1, beta2, eps, weight_decay, t]: adamw's hp
         if self.weight_decay:
             self._buf("optimizer_scalars_no_decay", 6)  # the same with weight_decay 0: for all but the matrices
@@ -349,7 +355,8 @@ class Program:
             # now dresidual holds d(residual entering layer l)
         b.append(Call("encoder_backward", {**bt, "C": C, "V": Vp},
                       {"dwte": self.grad("wte"), "dwpe": Slice("grads", self.layout["wpe"].offset, T * C),
-                       "dout": self.at("dresidual"), "inp": self.at("tokens")}, label="embed"))
+                       "dout": self.at("dresidual"), "inp": self.at("tokens"), "role": self.at("eb_role"),
+                       "plan": self.at("eb_plan")}, label="embed"))
 
         self._build_update()
         # Every call runs at the program's precision; the attention calls in the variant asked for.

@@ -6,14 +6,16 @@ optimizer step. A step is `micro_steps` micro-steps on each of `world` GPUs: eac
 B*T+1-token window of the training file (`window`), runs forward, loss and backward, and the
 parameter gradients add up (the first micro-step zeroes them, the classifier's dloss makes the
 sum the mean over the step); the last one also sums the gradients over the GPUs, overlapped with
-its backward, and updates (global norm, AdamW). Per micro-step the host copies the batch into
-device buffers and replays a graph; once per step it waits and reads the B*T per-token losses of
-each micro-step back. The graphs (GRAPH_NAMES): with one micro-step, one per step, [zero grads,
-forward, loss, backward, update]; with more, the first micro-step's (zero grads, forward, loss,
-backward), the middle ones' (forward, loss, backward) and the last one's (forward, loss,
-backward with the reductions, update). Every `checkpoint_every` steps the run is saved (train/checkpoint.py) so
-that `--resume` continues it bit for bit: same data windows, learning rates, optimizer state and
-sampling RNG.
+its backward, and updates (global norm, AdamW). Per micro-step the host copies the batch and the
+plan of its tokens (which the embedding backward reads) into device buffers and replays a graph;
+once per step it waits and reads the B*T per-token losses of each micro-step back. The host loads
+and plans the next step's batches (`prepare`) while the GPU runs this one, so the plans (a few ms
+of CPU per micro-step) stay off the critical path. The graphs (GRAPH_NAMES): with one micro-step,
+one per step, [zero grads, forward, loss, backward, update]; with more, the first micro-step's
+(zero grads, forward, loss, backward), the middle ones' (forward, loss, backward) and the last
+one's (forward, loss, backward with the reductions, update). Every `checkpoint_every` steps the
+run is saved (train/checkpoint.py) so that `--resume` continues it bit for bit: same data windows,
+learning rates, optimizer state and sampling RNG.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from references.encoder_backward import encoder_backward_plan
 from workbench.timing import matmul_peak
 
 from . import checkpoint, formats
@@ -125,9 +128,18 @@ class Trainer:
         self.stream = drv.Stream()
         BT = o.batch * o.seq
         # Pinned host buffers, one row per micro-step: the batches and the optimizer scalars go up
-        # asynchronously, the per-token losses come back the same way.
-        self.x = drv.pagelocked_empty((self.M, BT), np.int32)
-        self.y = drv.pagelocked_empty((self.M, BT), np.int32)
+        # asynchronously, the per-token losses come back the same way. The batches and their plans
+        # have two halves: step s goes up from half s % 2 while the host fills the other with step
+        # s + 1, so no buffer is rewritten while a copy from it may be pending. Validation and
+        # sampling have their own, so they never touch a prepared half.
+        plan = self.program.buffers["eb_plan"].elems
+        self.x = drv.pagelocked_empty((2, self.M, BT), np.int32)
+        self.y = drv.pagelocked_empty((2, self.M, BT), np.int32)
+        self.role = drv.pagelocked_empty((2, self.M, BT), np.int32)
+        self.plan = drv.pagelocked_empty((2, self.M, plan), np.int32)
+        self.prepared: int | None = None  # the step whose batches and plans half prepared % 2 holds
+        self.eval_x = drv.pagelocked_empty(BT, np.int32)
+        self.eval_y = drv.pagelocked_empty(BT, np.int32)
         self.losses = drv.pagelocked_empty((self.M, BT), np.float32)
         self.optimizer_scalars = drv.pagelocked_empty((2, 6), np.float32)  # with weight decay, without
         self.graphs: dict[tuple[bool, bool], object] = {}
@@ -136,10 +148,22 @@ class Trainer:
         self._graph_cls = Graph
 
     # -- device work ---------------------------------------------------------------------------
-    def _upload_batch(self, k: int) -> None:
-        s, backend = self.stream, self.backend
-        self.drv.memcpy_htod_async(backend.ptr(self.program.at("tokens")), self.x[k], s)
-        self.drv.memcpy_htod_async(backend.ptr(self.program.at("targets")), self.y[k], s)
+    def _upload(self, name: str, host: np.ndarray) -> None:
+        self.drv.memcpy_htod_async(self.backend.ptr(self.program.at(name)), host, self.stream)
+
+    def _upload_batch(self, half: int, k: int) -> None:
+        """Micro-step k's tokens, targets and plan from `half` of the pinned buffers."""
+        for name, host in (("tokens", self.x), ("targets", self.y), ("eb_role", self.role), ("eb_plan", self.plan)):
+            self._upload(name, host[half, k])
+
+    def prepare(self, batches: Batches, step: int) -> None:
+        """Load the micro-steps' batches of optimizer step `step` into half step % 2 and plan their
+        tokens for the embedding backward. The caller makes sure no copy from that half is pending."""
+        d, M, h = self.dist, self.M, step % 2
+        for k in range(M):
+            batches.load(window(step, k, d.rank, M, d.world), self.x[h, k], self.y[h, k])
+            self.role[h, k], self.plan[h, k] = encoder_backward_plan(self.x[h, k], self.config.channels)
+        self.prepared = step
 
     def _enqueue_micro(self, stream, first: bool, last: bool) -> None:
         """One micro-step: the first zeroes the gradients, the last reduces them over the ranks
@@ -174,8 +198,8 @@ class Trainer:
         """One optimizer step. Returns (this rank's mean loss, wall ms, host us outside the graphs)."""
         o, d, M = self.run.opts, self.dist, self.M
         t0 = time.perf_counter()
-        for k in range(M):
-            batches.load(window(step, k, d.rank, M, d.world), self.x[k], self.y[k])
+        if self.prepared != step:  # the first step, or one the previous call did not prepare (a resume)
+            self.prepare(batches, step)
         self.optimizer_scalars[:] = (lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1)
         self.optimizer_scalars[1, 4] = 0.0
         self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars")), self.optimizer_scalars[0],
@@ -186,10 +210,13 @@ class Trainer:
         losses = self.backend.ptr(self.program.at("losses"))
         for k in range(M):
             first, last = k == 0, k == M - 1
-            self._upload_batch(k)
+            self._upload_batch(step % 2, k)
             self._replay(self.graphs.get((first, last)), lambda s: self._enqueue_micro(s, first, last))
             self.drv.memcpy_dtoh_async(self.losses[k], losses, self.stream)
         t1 = time.perf_counter()
+        # The next step's batches and plans while the GPU runs this one: its half was last read by
+        # the previous step's copies, which the previous call waited for.
+        self.prepare(batches, step + 1)
         d.wait(self.stream, f"step {step + 1}")
         loss = float(np.mean(self.losses.reshape(-1), dtype=np.float64))
         t2 = time.perf_counter()
@@ -205,8 +232,9 @@ class Trainer:
         n = min(n, batches.per_epoch)
         total = 0.0
         for i in range(n):
-            batches.load(i, self.x[0], self.y[0])
-            self._upload_batch(0)
+            batches.load(i, self.eval_x, self.eval_y)
+            self._upload("tokens", self.eval_x)
+            self._upload("targets", self.eval_y)
             self._replay(self.eval_graph, self._enqueue_eval)
             total += self._batch_loss()
         return total / max(1, n)
@@ -216,11 +244,11 @@ class Trainer:
         cfg, o = self.config, self.run.opts
         tokens = [EOT]
         Vp, V = cfg.padded_vocab_size, cfg.vocab_size
-        x = self.x[0]
+        x = self.eval_x
         for _ in range(min(n, o.seq - 1)):
             x[:] = EOT
             x[:len(tokens)] = tokens
-            self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("tokens")), x, self.stream)
+            self._upload("tokens", x)
             self._replay(self.forward_graph, self._enqueue_forward)
             t = len(tokens) - 1
             logits = self.backend.download("logits", elems=Vp, offset=t * Vp)[:V].astype(np.float64)
