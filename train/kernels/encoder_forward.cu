@@ -1,40 +1,117 @@
 /*
-title = "128-bit loads and stores, streaming output"
-changed = "Each thread moves 4 consecutive channels with float4 loads and stores; out is written with a streaming (evict-first) store."
+title = "Version 10 with two independent gathers a thread: two token round trips in flight where version 10 has one"
+changed = "Version 10's float4 threads, half as many: thread i handles float4 i and float4 i + S (S = the grid's thread count, so the two are in different halves of the batch, different tokens, and each half is still read and written in coalesced runs). Both wpe loads and both token loads are issued first, then both wte loads, then both stores: two independent token -> row chains per thread."
 why = """
-Version 2 issues one 4-byte load per input and one 4-byte store per output element. A float4
-does the same work in a quarter of the instructions and index computations, and keeps 16 bytes
-per request in flight, which is what it takes to approach the bandwidth ceiling. out is written
-once and read by the next kernel much later, so __stcs marks it evict-first; wpe rows are read
-by all B sequences and stay cached (3 MB at the classic sizes). With C % 4 == 0 every wte, wpe
-and out row starts 16-byte aligned (the buffers themselves are cudaMalloc'ed).
+What is left of version 10's gap to the copy (its header) is the wait between a thread's token and
+its row: while a thread waits for its token it has only its wpe float4 in flight, and with
+2048 threads an SM that is too few bytes in flight for DRAM's latency while the first wave waits
+on its ids. A thread with two items issues both token loads together, so each thread keeps twice
+the bytes in flight through the same wait; the SM's thread count is unchanged (28 registers).
+More items a thread pay back less: with three or four 0.92-0.95x, with eight 0.86-0.88x (fewer blocks
+to spread over the SMs, and the last wave's imbalance larger); at bf16 (Pack8 threads, half the
+threads of fp32 already) two items a thread lost: 0.90-0.94x against version 11's 0.96-0.97x.
+
+Measured on the H100 (2026-11-25, bench encoder_forward, experiment copies beside version 10,
+seven runs, L2 flushed, best block size each; results/h100-encoder-forward-two-rows-2026-11-25.txt):
+25.2, 25.5, 25.5, 25.7, 25.5, 25.3 and 25.7 us against version 10's 25.9, 25.7, 25.8, 25.9,
+26.0, 25.6 and 25.8 in the same runs: faster in all seven, by 1.4% on average; against the copy
+0.94-0.965x (median 0.949), version 10 0.93-0.947x.
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]
 
 [[launch]]
-kernel = "encoder_forward3"
-grid = "cdiv(N * C // 4, block_size)"
+kernel = "encoder_forward12"
+grid = "cdiv(N * C // 4, block_size * 2)"
 block = "block_size"
 args = ["out", "inp", "wte", "wpe", "B", "T", "C", "V"]
 */
+// ---- begin l2_prefetch.cuh ----
+// l2_prefetch.cuh: asking L2 for data ahead of the load that needs it. Only hints: nothing waits
+// for them and no register holds the data, so a kernel can ask early (before a dependent load
+// could even be issued) without giving up occupancy. The CPU emulator's tests check every
+// address through EMU_CHECK_PREFETCH when they define it: a prefetch outside its buffer faults
+// on a GPU, so the range must lie inside one.
+//
+// prefetch_l2_line(p)          the line holding p, kept ahead of streaming data (evict_last);
+//                              sm_80 and later. p: 16 bytes the caller will read.
+// prefetch_l2_range(p, bytes)  [p, p + bytes) through sm_90's bulk prefetch (the TMA unit
+//                              fetches it; one instruction for up to 4 GB); p and bytes multiples
+//                              of 16. Nothing on older GPUs. With per-thread addresses the
+//                              compiler issues one per distinct address of the warp, in a loop.
+// prefetch_l2_ints(p, n)       the whole 16-byte units of the n ints at p (16-byte aligned): the
+//                              token ids, asked for in one instruction; nothing when n < 4.
+// Used by encoder_forward 10 and 11 and by the encoder_backward headers.
 
-extern "C" __global__ void encoder_forward3(float* out, const int* __restrict__ inp,
-                                            const float* __restrict__ wte,
-                                            const float* __restrict__ wpe, int B, int T, int C,
-                                            int V) {
-    int C4 = C / 4;
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;  // which float4 of out
-    if (idx >= B * T * C4) return;
-    int bt = idx / C4, c4 = idx % C4;
-    int t = bt % T;
-    int token = __ldg(inp + bt);
-    if (token < 0 || token >= V) {  // outside the vocabulary: NaN, loudly
-        float nan = __int_as_float(0x7fc00000);
-        __stcs(reinterpret_cast<float4*>(out) + idx, make_float4(nan, nan, nan, nan));
-        return;
+#ifndef KERNELS_COMMON_L2_PREFETCH_CUH
+#define KERNELS_COMMON_L2_PREFETCH_CUH
+
+__device__ __forceinline__ void prefetch_l2_line(const void* p) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+#elif defined(EMU_CHECK_PREFETCH)
+    EMU_CHECK_PREFETCH(p, 16);
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2_range(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+#elif defined(EMU_CHECK_PREFETCH)
+    EMU_CHECK_PREFETCH(p, bytes);
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2_ints(const int* p, int n) {
+    unsigned bytes = (unsigned)n * 4u & ~15u;  // the tail (< 16 bytes) is left out
+    if (bytes > 0) prefetch_l2_range(p, bytes);
+}
+
+#endif  // KERNELS_COMMON_L2_PREFETCH_CUH
+
+// ---- end l2_prefetch.cuh ----  // prefetch_l2_ints: inp asked of L2 in one instruction (sm_90)
+
+constexpr int ITEMS = 2;  // float4 of out a thread writes, a grid's width apart
+
+extern "C" __global__ void encoder_forward12(float* out, const int* __restrict__ inp,
+                                             const float* __restrict__ wte,
+                                             const float* __restrict__ wpe, int B, int T, int C,
+                                             int V) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) prefetch_l2_ints(inp, B * T);
+    int C4 = C / 4, total = B * T * C4;  // 32-bit: N * C < 2^31 (family precondition)
+    int stride = gridDim.x * blockDim.x;
+    int first = blockIdx.x * blockDim.x + threadIdx.x;
+    int token[ITEMS];
+    float4 p[ITEMS], w[ITEMS];
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {  // both positions' wpe and tokens, before any waits
+        int idx = first + k * stride;
+        token[k] = -1;
+        if (idx < total) {
+            int bt = idx / C4, t = bt % T;
+            p[k] = __ldg(reinterpret_cast<const float4*>(wpe + (size_t)t * C) + idx % C4);
+            token[k] = __ldg(inp + bt);
+        }
     }
-    float4 w = __ldg(reinterpret_cast<const float4*>(wte + (size_t)token * C) + c4);
-    float4 p = __ldg(reinterpret_cast<const float4*>(wpe + (size_t)t * C) + c4);
-    __stcs(reinterpret_cast<float4*>(out) + idx, make_float4(w.x + p.x, w.y + p.y, w.z + p.z, w.w + p.w));
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {  // both rows
+        int idx = first + k * stride;
+        if (idx < total && token[k] >= 0 && token[k] < V)
+            w[k] = __ldg(reinterpret_cast<const float4*>(wte + (size_t)token[k] * C) + idx % C4);
+    }
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        int idx = first + k * stride;
+        if (idx >= total) continue;
+        float4 o;
+        if (token[k] < 0 || token[k] >= V) {  // outside the vocabulary: NaN, loudly
+            float nan = __int_as_float(0x7fc00000);
+            o = make_float4(nan, nan, nan, nan);
+        } else {
+            o = make_float4(w[k].x + p[k].x, w[k].y + p[k].y, w[k].z + p[k].z, w[k].w + p[k].w);
+        }
+        __stcs(reinterpret_cast<float4*>(out) + idx, o);
+    }
 }
