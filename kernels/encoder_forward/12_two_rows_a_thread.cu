@@ -15,7 +15,14 @@ Measured on the H100 (2026-11-25, bench encoder_forward, experiment copies besid
 seven runs, L2 flushed, best block size each; results/h100-encoder-forward-two-rows-2026-11-25.txt):
 25.2, 25.5, 25.5, 25.7, 25.5, 25.3 and 25.7 us against version 10's 25.9, 25.7, 25.8, 25.9,
 26.0, 25.6 and 25.8 in the same runs: faster in all seven, by 1.4% on average; against the copy
-0.94-0.965x (median 0.949), version 10 0.93-0.947x.
+0.94-0.965x (median 0.949), version 10 0.93-0.947x. Three more runs with it in the family: 25.5,
+25.3 and 25.6 us (0.93-0.947x), version 10 25.8, 25.6 and 25.8.
+
+Tried after (not kept, same file): persistent grids of one wave (SMS x 2048 threads), each thread
+looping over its items with the next item's token loaded while this item's row is in flight:
+one item an iteration 25.6-25.8 us (0.92-0.94x), two 26.8-27.1; at bf16 0.89-0.92x and
+0.86-0.90x against version 11's 0.94-0.97x. The loop's serial iterations lose more than the
+quantised last wave costs.
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]
