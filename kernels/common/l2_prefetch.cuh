@@ -12,7 +12,7 @@
 //                              compiler issues one per distinct address of the warp, in a loop.
 // prefetch_l2_ints(p, n)       the whole 16-byte units of the n ints at p (16-byte aligned): the
 //                              token ids, asked for in one instruction; nothing when n < 4.
-// Used by encoder_forward 10 and 11 and by the encoder_backward headers.
+// Used by encoder_forward 10, 11 and 12, encoder_backward 12 and the encoder_backward headers.
 
 #ifndef KERNELS_COMMON_L2_PREFETCH_CUH
 #define KERNELS_COMMON_L2_PREFETCH_CUH
