@@ -130,3 +130,14 @@ def test_row_phases_and_run_phases_survive_a_round_trip(tmp_path):
     assert again.families[0].versions[0].phases == {"setup": 0.5, "check": 1.25, "time": 2.0}
     assert again.phases == {"versions": {"check": 1.25}}
     assert "phases" not in Row.from_json({"status": "passed"}).extra
+
+
+def test_a_failing_torch_baseline_says_which_output_and_how_far():
+    """PyTorch's result can miss a family's tolerance (two bf16 roundings where the versions round
+    once): its line says where, as a version's does, not only "failed"."""
+    import dataclasses
+    wrong = load("bench_faulty.json").families[0].version(4)
+    torch = dataclasses.replace(wrong, kind="torch", version=None, expression="ref.torch_op(x)")
+    line = render(report.torch_line(torch))
+    assert line.startswith("torch: ") and "elements, max abs err" in line
+    assert report.reason_line(wrong) in line

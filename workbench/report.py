@@ -184,8 +184,8 @@ def run_report(row: Row, meta: dict, torch: Row | None = None, copy: Row | None 
 def torch_line(torch: Row | None, row: Row | None = None) -> Text | None:
     if torch is None:
         return None
-    if not torch.passed or not torch.best:
-        return Text(f"torch: {torch.reason or torch.status}", style="dim")
+    if not torch.passed or not torch.best:  # why, as for a version: which output, where, how far off
+        return Text(f"torch: {reason_line(torch) or torch.status}", style="dim")
     b = torch.best
     text = Text.assemble(("torch ", "bold"), f"{torch.expression}: {fmt_us(b.median_us)}, "
                          f"{b.gbps:.0f} GB/s ({b.pct_ceiling:.1f}%)")
@@ -235,7 +235,7 @@ def bench_table(fam: FamilyResult, l2_bytes: float | None = None) -> Group:
         if fam.torch.passed:
             table.add_row(*cells(fam.torch, "", title), "", "1.00x", style="cyan")
         else:
-            table.add_row("", title, Text(fam.torch.reason or fam.torch.status, style="dim"),
+            table.add_row("", title, Text(reason_line(fam.torch) or fam.torch.status, style="dim"),
                           *[""] * (9 if has_flops else 8), style="cyan")
     notes = [Text.assemble(f"  {row.kind if row.kind != 'version' else 'version ' + str(row.version)} ",
                            status_text(row), f": {reason_line(row)}")
