@@ -55,7 +55,7 @@ def partial_slots(N: int) -> int:
 
 def encoder_backward_plan(inp, C):
     """(role, plan) for the ids `inp` (any shape, N positions) and rows of C channels; vectorised
-    (a batch of 32K ids takes ~2 ms), as it runs on the host once per micro-step."""
+    (a batch of 32K ids takes ~3 ms on the H100's host), as it runs on the host once per micro-step."""
     ids = np.asarray(inp).reshape(-1).astype(np.int64)
     N, CU = ids.size, -(-C // 8)
     role = np.full(N, -1, dtype=np.int32)
@@ -112,7 +112,7 @@ def prepare_plan(inp, C):
     return {"role": role, "plan": plan}
 
 
-def apply_plan(dwte, dwpe, dout, inp, role, plan, partial_rows=None):
+def apply_plan(dwte, dwpe, dout, inp, role, plan):
     """The plan executed in NumPy, in the order a kernel following it sums (a test of the plan:
     every position's row lands exactly once). Returns (dwte, dwpe) in float64."""
     C = dout.shape[-1]

@@ -112,8 +112,7 @@ def test_the_contract_sizes_bound_the_plan_and_the_scratch():
         assert scratch >= partial_slots(N) * C
         for tokens in (np.zeros(N, int), np.arange(N) // 3, np.arange(N) // (SEGMENT + 1)):
             role, plan = encoder_backward_plan(tokens.reshape(B, T), C)
-            used = plan.size
-            assert used == env["P"]
+            assert plan.size == env["P"]
             slots = [plan[r - N + 2] for r in role if r >= N]
             assert max(slots + [-1]) < partial_slots(N)
 

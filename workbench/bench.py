@@ -40,7 +40,7 @@ import numpy as np
 
 from .check import make_case, save_case
 from .errors import NoGPU, SizesError, WorkbenchError
-from .family import DTYPES, PROJECT_ROOT, Family, Project, Version
+from .family import PROJECT_ROOT, Family, Project, Version
 from .isolate import DEFAULT_TIMEOUT, Server, run_job
 from .results import BenchRun, FamilyResult, Row, load, save
 
@@ -652,9 +652,9 @@ def estimated_case_bytes(family: Family, precision: str, plan) -> int:
     for sizes, _ in plan:
         for arg in family.args_for(precision):
             n = int(np.prod(family.shape(arg, sizes)))
-            if arg.role in ("in", "inout"):
-                total += n * np.dtype(DTYPES[arg.dtype]).itemsize
-            if arg.role in ("out", "inout"):
+            if arg.is_input:
+                total += n * np.dtype(arg.np_dtype).itemsize
+            if arg.is_output:
                 total += n * 4
     return total
 
