@@ -1,0 +1,48 @@
+/*
+title = "Rows gathered by the TMA unit: a ring of tiles in shared memory, S - 1 tiles in flight a block"
+changed = "Version 12's threads no longer load the rows they add. A block owns tiles of R consecutive positions and keeps S of them in flight in shared memory; lane r of warp 0 loads position r's token and issues one bulk copy of its whole wte row and one of its wpe row (cp.async.bulk, completing on the stage's mbarrier); every thread waits for the tile, adds 16 bytes at a time from shared memory and stores with streaming stores; after a barrier the stage is refilled with the tile S further on, whose tokens were loaded before the adds."
+why = """
+Prediction. Versions 3-12 end where a thread's registers and the SM's threads stop covering
+DRAM's latency: each thread holds the float4 it waits for, and the token -> row round trip
+leaves the first wave with little in flight (version 12's header). With the gather handed to the
+TMA unit the bytes in flight are bounded by shared memory instead (three tiles of 24 KB of wte
+rows a block at C = 768, one block an SM), and a tile's token round trip is paid while the tiles
+before it are added, so the adds should stream at the copy's rate. The cost: each byte passes
+through shared memory once more (written by the TMA unit, read by the adds) and a block waits at
+a barrier per tile.
+"""
+preconditions = ["C % 4 == 0", "C <= 6144"]  # whole 16-byte rows; a stage's rows fit shared memory
+block_sizes = [256, 512, 1024]
+
+[derived]
+R = "max(1, min(32, 24576 // (4 * C)))"      # positions a tile: about 24 KB of wte rows
+S = "4"                                      # tiles in the ring: S - 1 in flight while one is added
+shared_bytes = "16 * ((8 * S + 4 * S * R + 15) // 16) + S * 2 * R * C * 4"
+
+[[launch]]
+kernel = "encoder_forward13"
+grid = "min(cdiv(N, R), SMS * max(1, 233472 // (shared_bytes + 1024)))"
+block = "block_size"
+shared = "shared_bytes"
+args = ["out", "inp", "wte", "wpe", "N", "T", "C", "V", "R", "S"]
+*/
+#include "encoder_forward_bulk.cuh"  // the ring of tiles, filled by bulk copies (sm_90)
+
+struct Fp32 {
+    using E = float;
+    using Unit = float4;
+    static __device__ __forceinline__ float4 add(const float4& w, const float4& p, bool ok) {
+        if (!ok) {  // outside the vocabulary: NaN, loudly
+            float nan = __int_as_float(0x7fc00000);
+            return make_float4(nan, nan, nan, nan);
+        }
+        return make_float4(w.x + p.x, w.y + p.y, w.z + p.z, w.w + p.w);
+    }
+    static __device__ __forceinline__ void store(float* dst, const float4& x) { __stcs(reinterpret_cast<float4*>(dst), x); }
+};
+
+extern "C" __global__ void encoder_forward13(float* out, const int* __restrict__ inp, const float* __restrict__ wte,
+                                             const float* __restrict__ wpe, int N, int T, int C, int V, int R, int S) {
+    extern __shared__ float4 shared4[];  // the ring (encoder_forward_bulk.cuh's layout)
+    efb::encoder_forward_bulk<Fp32>(shared4, out, inp, wte, wpe, N, T, C, V, R, S);
+}

@@ -1,0 +1,45 @@
+/*
+title = "Version 13 at bf16: the same ring of bulk-copied tiles, Pack8 adds"
+precision = "bf16"
+changed = "Version 11's Pack8 threads replaced by version 13's ring: tiles of R positions (about 24 KB of bf16 wte rows, twice version 13's positions), S stages, rows copied whole by the TMA unit, eight bf16 added in fp32 per 16-byte unit and rounded once."
+why = """
+Prediction: as version 13. At bf16 a row is 1.5 KB at C = 768, so a tile holds 16 positions
+for the same bytes in flight, and a thread's adds are eight conversions and eight fp32 adds per
+16 bytes read twice from shared memory.
+"""
+preconditions = ["C % 8 == 0", "C <= 12288"]  # whole 16-byte rows; a stage's rows fit shared memory
+block_sizes = [256, 512, 1024]
+
+[derived]
+R = "max(1, min(32, 24576 // (2 * C)))"      # positions a tile: about 24 KB of wte rows
+S = "4"                                      # tiles in the ring: S - 1 in flight while one is added
+shared_bytes = "16 * ((8 * S + 4 * S * R + 15) // 16) + S * 2 * R * C * 2"
+
+[[launch]]
+kernel = "encoder_forward14"
+grid = "min(cdiv(N, R), SMS * max(1, 233472 // (shared_bytes + 1024)))"
+block = "block_size"
+shared = "shared_bytes"
+args = ["out", "inp", "wte", "wpe", "N", "T", "C", "V", "R", "S"]
+*/
+#include "bf16.cuh"                  // bf16, Pack8, store8_stream, to_float/to_bf16
+#include "encoder_forward_bulk.cuh"  // the ring of tiles, filled by bulk copies (sm_90)
+
+struct Bf16 {
+    using E = bf16;
+    using Unit = Pack8;
+    static __device__ __forceinline__ Pack8 add(const Pack8& w, const Pack8& p, bool ok) {
+        Pack8 sum;
+#pragma unroll
+        for (int j = 0; j < 8; j++)  // outside the vocabulary: NaN, loudly
+            sum.v[j] = to_bf16(ok ? to_float(w.v[j]) + to_float(p.v[j]) : __int_as_float(0x7fc00000));
+        return sum;
+    }
+    static __device__ __forceinline__ void store(bf16* dst, const Pack8& x) { store8_stream(dst, x); }
+};
+
+extern "C" __global__ void encoder_forward14(bf16* out, const int* __restrict__ inp, const bf16* __restrict__ wte,
+                                             const bf16* __restrict__ wpe, int N, int T, int C, int V, int R, int S) {
+    extern __shared__ float4 shared4[];  // the ring (encoder_forward_bulk.cuh's layout)
+    efb::encoder_forward_bulk<Bf16>(shared4, out, inp, wte, wpe, N, T, C, V, R, S);
+}
