@@ -41,7 +41,7 @@ __host__ __device__ constexpr unsigned head_units(int S, int R) { return (unsign
 
 // Lane r < R of warp 0: position bt's rows into stage s (token already loaded); positions at
 // or past N (the block's end) copy nothing.
-template <typename E>
+template <typename E, bool WPE>
 __device__ __forceinline__ void fill(E* wte_s, E* wpe_s, int* valid_s, unsigned long long* bar, int r, int bt,
                                      int token, const E* wte, const E* wpe, int N, int T, int C, int V) {
     bool live = bt < N, ok = live && token >= 0 && token < V;
@@ -50,12 +50,12 @@ __device__ __forceinline__ void fill(E* wte_s, E* wpe_s, int* valid_s, unsigned 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Every lane r < R arrives once (the barrier counts R arrivals), with the bytes it will copy.
     unsigned b = smem(bar);
-    unsigned bytes = live ? row_bytes * (ok ? 2u : 1u) : 0u;
+    unsigned bytes = (ok ? row_bytes : 0u) + (live && WPE ? row_bytes : 0u);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
     if (ok)
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                      ::"r"(smem(wte_s + (size_t)r * C)), "l"(wte + (size_t)token * C), "r"(row_bytes), "r"(b) : "memory");
-    if (live)
+    if (live && WPE)
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                      ::"r"(smem(wpe_s + (size_t)r * C)), "l"(wpe + (size_t)(bt % T) * C), "r"(row_bytes), "r"(b) : "memory");
 #else
@@ -63,7 +63,7 @@ __device__ __forceinline__ void fill(E* wte_s, E* wpe_s, int* valid_s, unsigned 
     (void)row_bytes;
     if (ok)
         for (int c = 0; c < C; c++) wte_s[(size_t)r * C + c] = wte[(size_t)token * C + c];
-    if (live)
+    if (live && WPE)
         for (int c = 0; c < C; c++) wpe_s[(size_t)r * C + c] = wpe[(size_t)(bt % T) * C + c];
 #endif
 }
@@ -86,14 +86,17 @@ __device__ __forceinline__ void wait(unsigned long long* bar, unsigned parity) {
 // Ops (the version's element type): Ops::E the element, Ops::Unit 16 bytes of them (float4 or
 // Pack8), Ops::add(w, p, ok) w + p or NaN where the token was outside the vocabulary, and
 // Ops::store(dst, unit) a streaming store.
-template <typename Ops, typename E = typename Ops::E, typename Unit = typename Ops::Unit>
+// WPE: the wpe rows copied into the stage beside the wte rows (else the adds read them from
+// global memory, where after the first sequence they are L2 hits).
+template <typename Ops, bool WPE = true, typename E = typename Ops::E, typename Unit = typename Ops::Unit>
 __device__ __forceinline__ void encoder_forward_bulk(float4* shared4, E* out, const int* __restrict__ inp,
                                                      const E* __restrict__ wte, const E* __restrict__ wpe, int N, int T,
                                                      int C, int V, int R, int S) {
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4);
     int* valid = reinterpret_cast<int*>(bars + S);
-    E* rows = reinterpret_cast<E*>(shared4 + head_units(S, R));  // stage s: wte rows at 2sRC, wpe at (2s+1)RC
+    E* rows = reinterpret_cast<E*>(shared4 + head_units(S, R));  // stage s: wte rows at KsRC, wpe at (Ks+1)RC
     const int per_unit = 16 / (int)sizeof(E), CU = C / per_unit;
+    constexpr int K = WPE ? 2 : 1;  // row sets a stage holds
     // The block's positions [lo, hi): an equal share of the N, to the position (62 or 63 each at
     // N = 8192 on 132 blocks), in tiles of R from lo; the last tile may be short.
     const int lo = (int)((long long)blockIdx.x * N / gridDim.x), hi = (int)((long long)(blockIdx.x + 1) * N / gridDim.x);
@@ -114,7 +117,7 @@ __device__ __forceinline__ void encoder_forward_bulk(float4* shared4, E* out, co
         for (int s = 0; s < S && s < tiles; s++) {
             int bt = lo + s * R + lane;
             int token = bt < hi ? __ldg(inp + bt) : 0;
-            fill<E>(rows + (size_t)(2 * s) * R * C, rows + (size_t)(2 * s + 1) * R * C, valid + s * R, bars + s, lane,
+            fill<E, WPE>(rows + (size_t)(K * s) * R * C, rows + (size_t)(K * s + 1) * R * C, valid + s * R, bars + s, lane,
                     bt, token, wte, wpe, hi, T, C, V);
         }
     }
@@ -127,17 +130,21 @@ __device__ __forceinline__ void encoder_forward_bulk(float4* shared4, E* out, co
         if (producer && i + S < tiles && next_bt < hi) next_token = __ldg(inp + next_bt);
 
         wait(bars + s, (unsigned)(i / S) & 1u);
-        const Unit* w = reinterpret_cast<const Unit*>(rows + (size_t)(2 * s) * R * C);
-        const Unit* p = reinterpret_cast<const Unit*>(rows + (size_t)(2 * s + 1) * R * C);
+        const Unit* w = reinterpret_cast<const Unit*>(rows + (size_t)(K * s) * R * C);
+        const Unit* p = reinterpret_cast<const Unit*>(rows + (size_t)(K * s + 1) * R * C);
         const int* ok = valid + s * R;
         int first = lo + i * R, units = min(R, hi - first) * CU;
         E* dst = out + (size_t)first * C;
-        for (int u = threadIdx.x; u < units; u += blockDim.x)
-            Ops::store(dst + (size_t)u * per_unit, Ops::add(w[u], p[u], ok[u / CU] != 0));
+        for (int u = threadIdx.x; u < units; u += blockDim.x) {
+            Unit pu;
+            if (WPE) pu = p[u];
+            else pu = __ldg(reinterpret_cast<const Unit*>(wpe + (size_t)((first + u / CU) % T) * C) + u % CU);
+            Ops::store(dst + (size_t)u * per_unit, Ops::add(w[u], pu, ok[u / CU] != 0));
+        }
         __syncthreads();  // every thread is done with stage s
 
         if (producer && i + S < tiles)
-            fill<E>(rows + (size_t)(2 * s) * R * C, rows + (size_t)(2 * s + 1) * R * C, valid + s * R, bars + s, lane,
+            fill<E, WPE>(rows + (size_t)(K * s) * R * C, rows + (size_t)(K * s + 1) * R * C, valid + s * R, bars + s, lane,
                     next_bt, next_token, wte, wpe, hi, T, C, V);
     }
 }

@@ -12,7 +12,7 @@ through shared memory once more (written by the TMA unit, read by the adds) and 
 a barrier per tile.
 """
 preconditions = ["C % 4 == 0", "C <= 6144"]  # whole 16-byte rows; a stage's rows fit shared memory
-block_sizes = [256, 512, 1024]
+block_sizes = [128, 256, 512, 1024]
 
 [derived]
 R = "max(1, min(32, 24576 // (4 * C)))"      # positions a tile: about 24 KB of wte rows
