@@ -3,21 +3,23 @@
 //
 // A tile is R consecutive positions (R rows of out, one contiguous range). A block owns an equal
 // share of the positions, in tiles of R, and keeps S tiles in flight in a ring of S stages
-// in shared memory: stage s holds R wte rows and R wpe rows and completes on mbarrier s. Lane r
-// of warp 0 loads position r's token, adds its rows' bytes to the barrier's expected count and
-// issues two bulk copies of a whole row each (its wte row, skipped for a token outside the
-// vocabulary, and its wpe row). Then every thread waits for the tile, adds the rows (16 bytes at
+// in shared memory: stage s holds R wte rows (and R wpe rows where WPE) and completes on
+// mbarrier s. Lane r of warp 0 loads position r's token, adds its rows' bytes to the barrier's
+// expected count and issues a bulk copy of its whole wte row (skipped for a token outside the
+// vocabulary) and of its wpe row (where WPE; else the adds read wpe from global memory). Then every thread waits for the tile, adds the rows (16 bytes at
 // a time, consecutive threads on consecutive units) and stores them with streaming stores.
 // After a barrier (every thread is done with the stage) warp 0 refills the stage with the tile
 // S further on, whose tokens it loaded before this tile's adds.
 //
 // What this changes against versions 3-12: a thread no longer holds the row it waits for. The
 // bytes in flight are bounded by shared memory (S - 1 tiles per block) instead of registers and
-// threads, and the token -> row round trip is paid S - 1 tiles ahead of the adds.
+// threads, and the token -> row round trip is paid S - 1 tiles ahead of the adds. Measured on the
+// H100 it is slower (0.83x the copy at fp32, 0.80x at bf16, against versions 11 and 12's 0.94-0.96x):
+// the per-tile __syncthreads holds every warp to the slowest one (version 13's header).
 //
 // Layout of the dynamic shared memory (16-byte units): the S mbarriers (8 bytes each) and
-// S * R validity flags (ints), padded to whole units; then stage 0's R wte rows, its R wpe rows,
-// stage 1's, ... Each row is C elements: C * sizeof(E) must be a multiple of 16 (C % 4 == 0 at
+// S * R validity flags (ints), padded to whole units; then stage 0's R wte rows, its R wpe rows
+// (where WPE), stage 1's, ... Each row is C elements: C * sizeof(E) must be a multiple of 16 (C % 4 == 0 at
 // fp32, C % 8 == 0 at bf16), as bulk copies move whole 16-byte units from 16-byte-aligned
 // addresses.
 //

@@ -2,14 +2,24 @@
 title = "Rows gathered by the TMA unit: a ring of tiles in shared memory, S - 1 tiles in flight a block"
 changed = "Version 12's threads no longer load the rows they add. A block owns tiles of R consecutive positions and keeps S of them in flight in shared memory; lane r of warp 0 loads position r's token and issues one bulk copy of its whole wte row and one of its wpe row (cp.async.bulk, completing on the stage's mbarrier); every thread waits for the tile, adds 16 bytes at a time from shared memory and stores with streaming stores; after a barrier the stage is refilled with the tile S further on, whose tokens were loaded before the adds."
 why = """
-Prediction. Versions 3-12 end where a thread's registers and the SM's threads stop covering
-DRAM's latency: each thread holds the float4 it waits for, and the token -> row round trip
-leaves the first wave with little in flight (version 12's header). With the gather handed to the
-TMA unit the bytes in flight are bounded by shared memory instead (three tiles of 24 KB of wte
+Measured: it is not faster. The prediction was that with the gather handed to the TMA unit the
+bytes in flight are bounded by shared memory instead of registers (three tiles of 24 KB of wte
 rows a block at C = 768, one block an SM), and a tile's token round trip is paid while the tiles
-before it are added, so the adds should stream at the copy's rate. The cost: each byte passes
-through shared memory once more (written by the TMA unit, read by the adds) and a block waits at
-a barrier per tile.
+before it are added, so the adds would stream at the copy's rate.
+
+H100 (2026-11-25, bench encoder_forward, L2 flushed, best block size; six runs,
+results/h100-encoder-forward-bulk-2026-11-25.txt): 28.7-28.9 us against version 12's 25.2-25.8
+in the same runs, 0.83x the copy (version 12 0.94-0.96x). Variants beside it: 12 KB tiles and two
+blocks an SM 28.6-29.2 us, three stages 28.0-28.7, 6 KB tiles and three blocks an SM 29.7-29.8,
+eight stages of 12 KB 30.9-31.3; wpe read from global memory by the adds instead of copied into
+the stage (version 14 at bf16 does that) 30.2-30.4 (four stages, two blocks an SM) and 33.6-34.2
+(eight stages). ncu (no flush): DRAM throughput 48% against version 12's 57%, a quarter of the
+SM's warps resident, and half of every warp's stall cycles (7.4 of 15 per instruction) spent at
+the per-tile __syncthreads: the block moves in lockstep with its slowest warp and its next
+stage's copies, where version 12's 2048 independent threads an SM each wait only for their own
+row. The extra pass through shared memory costs little by comparison. A warp-specialised ring
+(one producer warp, per-stage "empty" barriers instead of __syncthreads) is the next thing to
+try; the rows' dependence on their token, which sets versions 10-12's floor, stays.
 """
 preconditions = ["C % 4 == 0", "C <= 6144"]  # whole 16-byte rows; a stage's rows fit shared memory
 block_sizes = [128, 256, 512, 1024]

@@ -1,19 +1,25 @@
 /*
-title = "Version 13 at bf16: the same ring of bulk-copied tiles, Pack8 adds"
+title = "Version 13 at bf16: a ring of bulk-copied wte rows, wpe read by the adds"
 precision = "bf16"
-changed = "Version 11's Pack8 threads replaced by version 13's ring: tiles of R positions (about 24 KB of bf16 wte rows, twice version 13's positions), S stages, rows copied whole by the TMA unit, eight bf16 added in fp32 per 16-byte unit and rounded once."
+changed = "Version 11's Pack8 threads replaced by version 13's ring: tiles of R positions (about 12 KB of bf16 wte rows), four stages, only the wte rows copied whole by the TMA unit; the adds read 16 bytes of the tile with one shared load and the wpe row's 16 bytes from global memory, add eight bf16 in fp32 and round once."
 why = """
-Prediction: as version 13. At bf16 a row is 1.5 KB at C = 768, so a tile holds 16 positions
-for the same bytes in flight, and a thread's adds are eight conversions and eight fp32 adds per
-16 bytes read twice from shared memory.
+Measured: slower than version 11, as version 13 is slower than version 12. A row is 1.5 KB at
+C = 768: a tile of 8 positions is 12 KB of wte rows. H100 (2026-11-25, bench
+encoder_forward, L2 flushed, best block size; results/h100-encoder-forward-bulk-2026-11-25.txt):
+first with 16-position tiles, wpe rows copied into the stages too and the adds loading Pack8 (eight 2-byte shared
+loads a unit: ncu counted 74% of the shared wavefronts excess) 21.8-22.1 us, 0.65-0.68x the copy;
+with 16-byte shared loads 19.0 us (0.74-0.75x); with the wpe rows read from global memory by the
+adds (this file: WPE false, four stages of 12 KB, two blocks an SM) 17.5-17.8 us, 0.79-0.81x,
+against version 11's 15.0-15.1 us (0.94-0.95x) in the same runs. ncu: the same per-tile barrier
+stalls as version 13, DRAM throughput 28-29%.
 """
-preconditions = ["C % 8 == 0", "C <= 12288"]  # whole 16-byte rows; a stage's rows fit shared memory
+preconditions = ["C % 8 == 0", "C <= 24576"]  # whole 16-byte rows; a stage's rows fit shared memory
 block_sizes = [128, 256, 512, 1024]
 
 [derived]
-R = "max(1, min(32, 24576 // (2 * C)))"      # positions a tile: about 24 KB of wte rows
+R = "max(1, min(32, 12288 // (2 * C)))"      # positions a tile: about 12 KB of wte rows
 S = "4"                                      # tiles in the ring: S - 1 in flight while one is added
-shared_bytes = "16 * ((8 * S + 4 * S * R + 15) // 16) + S * 2 * R * C * 2"
+shared_bytes = "16 * ((8 * S + 4 * S * R + 15) // 16) + S * R * C * 2"  # wte rows only
 
 [[launch]]
 kernel = "encoder_forward14"
@@ -22,7 +28,7 @@ block = "block_size"
 shared = "shared_bytes"
 args = ["out", "inp", "wte", "wpe", "N", "T", "C", "V", "R", "S"]
 */
-#include "bf16.cuh"                  // bf16, Pack8, store8_stream, to_float/to_bf16
+#include "bf16.cuh"                  // bf16, Pack8, to_float/to_bf16
 #include "encoder_forward_bulk.cuh"  // the ring of tiles, filled by bulk copies (sm_90)
 
 struct Bf16 {
@@ -43,5 +49,5 @@ struct Bf16 {
 extern "C" __global__ void encoder_forward14(bf16* out, const int* __restrict__ inp, const bf16* __restrict__ wte,
                                              const bf16* __restrict__ wpe, int N, int T, int C, int V, int R, int S) {
     extern __shared__ float4 shared4[];  // the ring (encoder_forward_bulk.cuh's layout)
-    efb::encoder_forward_bulk<Bf16>(shared4, out, inp, wte, wpe, N, T, C, V, R, S);
+    efb::encoder_forward_bulk<Bf16, false>(shared4, out, inp, wte, wpe, N, T, C, V, R, S);
 }
