@@ -57,6 +57,15 @@ def test_parse_counts_racecheck_hazards():
     assert any("Race reported" in line for line in lines)
 
 
+def test_parse_keeps_the_sanitizers_last_lines_when_no_report_is_recognised():
+    out = ("========= COMPUTE-SANITIZER\n========= Something new happened in a kernel\n"
+           "=========     at 0x1f0 in libcublasLt.so\nplain output of the program\n"
+           "========= ERROR SUMMARY: 1 error\n")
+    errors, lines = sanitize.parse(out)
+    assert errors == 1
+    assert lines == ["COMPUTE-SANITIZER", "Something new happened in a kernel", "at 0x1f0 in libcublasLt.so"]
+
+
 def test_parse_of_a_clean_run_finds_nothing():
     assert sanitize.parse(CLEAN) == (0, [])
 

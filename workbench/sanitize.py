@@ -68,6 +68,10 @@ def parse(output: str) -> tuple[int, list[str]]:
         attach = bool(REPORT_LINE.match(line)) and "SUMMARY:" not in line  # the summaries are counted above
         if attach:
             lines.append(line.strip("= ").strip())
+    if errors and not lines:  # a report of a kind not matched above: the sanitizer's own last words
+        said = [ln.strip("= ").strip() for ln in output.splitlines()
+                if ln.startswith("=========") and "SUMMARY" not in ln and ln.strip("= ").strip()]
+        lines = said[-6:]
     return errors, lines[:6]
 
 
