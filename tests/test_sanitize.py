@@ -38,6 +38,14 @@ INITCHECK_LIBRARY = """\
 CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
 
 
+# Racecheck of cuBLASLt's bf16 GEMM on the H100 (matmul_forward 6): the tool's own failure, counted
+# in its summary (the two lines and the count that run's finding kept).
+SANITIZER_BROKE = """========= COMPUTE-SANITIZER
+========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.
+========= ERROR SUMMARY: 1 error
+"""
+
+
 def test_parse_counts_errors_and_keeps_the_first_reports():
     errors, lines = sanitize.parse(MEMCHECK_ERRORS)
     assert errors == 3
@@ -117,7 +125,8 @@ def test_jobs_run_tool_by_tool_and_come_back_in_that_order(monkeypatch):
         tool = prefix[prefix.index("--tool") + 1]
         number = req["providers"][0]["version"]
         started.append((tool, number))
-        out = {(("memcheck", 8)): MEMCHECK_ERRORS, ("racecheck", 7): RACECHECK_HAZARDS}.get((tool, number), CLEAN)
+        out = {(("memcheck", 8)): MEMCHECK_ERRORS, ("racecheck", 7): RACECHECK_HAZARDS,
+               ("racecheck", 1): SANITIZER_BROKE}.get((tool, number), CLEAN)
         return {"status": "passed", "rows": [{"status": "passed"}], "_stdout": out}
 
     monkeypatch.setattr(sanitize, "run_job", fake_job)
@@ -128,7 +137,10 @@ def test_jobs_run_tool_by_tool_and_come_back_in_that_order(monkeypatch):
                        ("racecheck", 1), ("racecheck", 7), ("racecheck", 8)]
     verdicts = {(f.tool, f.version.number): f.status for f in found}
     assert verdicts == {("memcheck", 1): "clean", ("memcheck", 7): "clean", ("memcheck", 8): "errors",
-                        ("racecheck", 1): "clean", ("racecheck", 7): "errors", ("racecheck", 8): "clean"}
+                        ("racecheck", 1): "failed", ("racecheck", 7): "errors", ("racecheck", 8): "clean"}
+    broke = next(f for f in found if (f.tool, f.version.number) == ("racecheck", 1))
+    assert broke.reason == ("compute-sanitizer: Internal Sanitizer Error: "
+                            "The Sanitizer failed to handle a hardware exception.")
 
 
 def test_an_existing_json_is_refused_before_any_work(tmp_path):

@@ -27,6 +27,10 @@ LIBRARY_KERNELS = ("cudnn", "xmma", "cutlass", "nvjet", "cublas")  # name fragme
 SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 HAZARDS = re.compile(r"RACECHECK SUMMARY: (\d+) hazard")
 REPORT_LINE = re.compile(r"^=========\s+(Invalid|Error|Race|Uninitialized|Barrier|Warning|.*hazard|.*Program hit)", re.I)
+# The tool's own failure, e.g. racecheck of cuBLASLt's bf16 GEMM on the H100 (matmul_forward 6,
+# three runs of three in 2026-11-25): "Internal Sanitizer Error: The Sanitizer failed to handle a
+# hardware exception." It is counted in the error summary, but it says nothing of the kernel.
+INTERNAL = re.compile(r"Internal Sanitizer Error:[^\n]*")
 AT_LINE = re.compile(r"^=========\s+at\s+(.+?)\s*$")  # where the report above it happened: kernel+offset
 
 
@@ -145,6 +149,8 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
         if res.get("status") == "timed_out":
             return Finding(v, tool, "timed_out", errors, lines, res.get("reason", ""))
         rows = res.get("rows") or []
+        if broke := INTERNAL.search(out):  # the sanitizer itself failed: no verdict on the code
+            return Finding(v, tool, "failed", errors, lines, f"compute-sanitizer: {broke.group(0).strip()}")
         if errors:
             return Finding(v, tool, "errors", errors, lines)
         if res.get("status") != "passed" or not rows or rows[0].get("status") not in ("passed", "refused"):
