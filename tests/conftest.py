@@ -40,3 +40,17 @@ def nvcc():
     if path is None:
         pytest.skip("nvcc is not on PATH")
     return path
+
+
+def emulator_cases(project, versions, extra=()):
+    """pytest params (family, number, sizes): each (family, number) in `versions` at its family's
+    test sizes and the `extra` ones (a list, or a dict of lists by family name), where its
+    preconditions hold; ids say which."""
+    out = []
+    for name, number in versions:
+        v = project.family(name).version(number)
+        more = extra.get(name, []) if isinstance(extra, dict) else extra
+        for sizes in [*v.family.test_sizes, *more]:
+            if not v.unmet(sizes):
+                out.append(pytest.param(name, number, sizes, id=f"{name}-{number}-{v.family.format_sizes(sizes)}"))
+    return out

@@ -16,7 +16,7 @@ import pytest
 from workbench import expr
 from workbench.family import Project
 
-from conftest import ROOT
+from conftest import ROOT, emulator_cases
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -41,13 +41,7 @@ def launch_names(v, sizes, sms=132):
 
 
 def cases():
-    out = []
-    for number in VERSIONS:
-        v = version(number)
-        for sizes in [*v.family.test_sizes, *EXTRA]:
-            if not v.unmet(sizes):
-                out.append(pytest.param(number, sizes, id=f"{number}-{v.family.format_sizes(sizes)}"))
-    return out
+    return emulator_cases(PROJECT, [("encoder_forward", n) for n in VERSIONS], EXTRA)
 
 
 def test_the_headers():
@@ -76,8 +70,8 @@ def test_the_preconditions_keep_the_ring_inside_a_blocks_shared_memory(number):
 
 
 @needs_gxx
-@pytest.mark.parametrize("number, sizes", cases())
-def test_on_the_emulator(number, sizes, monkeypatch):
+@pytest.mark.parametrize("family, number, sizes", cases())
+def test_on_the_emulator(family, number, sizes, monkeypatch):
     v = version(number)
     for i, bs in enumerate(v.block_sizes):
         sms, sched = (1, "PRIORITY") if i % 2 == 0 else (132, "SHUFFLE")

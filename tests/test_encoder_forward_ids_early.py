@@ -15,7 +15,7 @@ import pytest
 
 from workbench.family import Project
 
-from conftest import ROOT
+from conftest import ROOT, emulator_cases
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -31,13 +31,7 @@ def version(number):
 
 
 def cases():
-    out = []
-    for number in VERSIONS:
-        v = version(number)
-        for sizes in [*v.family.test_sizes, *EXTRA]:
-            if not v.unmet(sizes):
-                out.append(pytest.param(number, sizes, id=f"{number}-{v.family.format_sizes(sizes)}"))
-    return out
+    return emulator_cases(PROJECT, [("encoder_forward", n) for n in VERSIONS], EXTRA)
 
 
 def test_the_headers():
@@ -49,8 +43,8 @@ def test_the_headers():
 
 
 @needs_gxx
-@pytest.mark.parametrize("number, sizes", cases())
-def test_on_the_emulator(number, sizes):
+@pytest.mark.parametrize("family, number, sizes", cases())
+def test_on_the_emulator(family, number, sizes):
     v = version(number)
     for i, bs in enumerate(v.block_sizes):
         reports = runner.emulate(v, sizes, seed=i % 3, block_size=bs, sched="SHUFFLE" if i % 2 else "PRIORITY")

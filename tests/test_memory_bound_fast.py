@@ -27,7 +27,7 @@ from workbench import expr
 from workbench.check import from_storage, make_case
 from workbench.family import Project
 
-from conftest import ROOT
+from conftest import ROOT, emulator_cases
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -54,14 +54,7 @@ def version(name, number):
 
 
 def cases():
-    out = []
-    for (name, number) in NEW:
-        fam = PROJECT.family(name)
-        v = fam.version(number)
-        for sizes in [*fam.test_sizes, *EXTRA[name]]:
-            if not v.unmet(sizes):
-                out.append(pytest.param(name, number, sizes, id=f"{name}-{number}-{fam.format_sizes(sizes)}"))
-    return out
+    return emulator_cases(PROJECT, NEW, EXTRA)
 
 
 @pytest.fixture

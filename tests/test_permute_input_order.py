@@ -12,7 +12,7 @@ import pytest
 
 from workbench.family import Project
 
-from conftest import ROOT
+from conftest import ROOT, emulator_cases
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -26,13 +26,7 @@ VERSIONS = (("permute", 4), ("permute", 5), ("unpermute", 4))
 
 
 def cases():
-    out = []
-    for family, number in VERSIONS:
-        v = PROJECT.family(family).version(number)
-        for sizes in [*v.family.test_sizes, *EXTRA]:
-            if not v.unmet(sizes):
-                out.append(pytest.param(family, number, sizes, id=f"{family}-{number}-{v.family.format_sizes(sizes)}"))
-    return out
+    return emulator_cases(PROJECT, VERSIONS, EXTRA)
 
 
 def test_the_versions_take_the_trainers_sizes_and_refuse_what_32_bits_cannot_index():
