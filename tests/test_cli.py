@@ -44,6 +44,25 @@ def test_bad_sizes_is_one_clear_line():
     assert r.exit_code == 2 and "bad --sizes entry 'Q=3'" in r.output
 
 
+def test_run_refuses_sizes_its_preconditions_refuse_before_any_gpu_work(monkeypatch):
+    real = importlib.util.find_spec  # no PyCUDA: had the sizes got past the CLI, that would be the error
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycuda" else real(name, *a))
+    r = invoke("run", "encoder_forward", "13", "--sizes", "C=7000")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "encoder_forward 13 refuses" in r.output and "C=7000" in r.output and "C <= 6144" in r.output
+    assert "PyCUDA" not in r.output
+    r = invoke("run", "encoder_forward", "13", "--sizes", "C=770")  # C % 4 != 0
+    assert r.exit_code == 2 and "C % 4 == 0" in r.output and "PyCUDA" not in r.output
+
+
+def test_run_refuses_a_block_size_the_header_does_not_list_before_any_gpu_work(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycuda" else real(name, *a))
+    r = invoke("run", "encoder_forward", "13", "--block-size", "256", "--block-size", "99")
+    assert r.exit_code == 2 and "Traceback" not in r.output and "PyCUDA" not in r.output
+    assert "does not take block size 99" in r.output and "128, 256, 512, 1024" in r.output
+
+
 def test_without_pycuda_run_says_what_is_missing(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycuda" else real(name, *a))

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.syntax import Syntax
 
 from . import report
-from .errors import WorkbenchError
+from .errors import SizesError, WorkbenchError
 from .family import Project
 from .isolate import DEFAULT_TIMEOUT
 
@@ -200,7 +200,12 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
     from .bench import Session, require_pycuda
     from .results import FamilyResult, save, write_json
     v = project.family(family).version(version)
-    v.family.parse_sizes(kw["sizes"])  # a bad --sizes fails before any work
+    sizes = v.family.parse_sizes(kw["sizes"])  # a bad --sizes fails before any work
+    if bad := [b for b in block_sizes if b not in v.block_sizes]:  # as does a block size the header does not list
+        raise SizesError(f"{v.label} does not take block size {', '.join(map(str, bad))}: its header lists "
+                         f"{', '.join(map(str, v.block_sizes))}")
+    if not sweep and (unmet := v.unmet(sizes)):  # and sizes its preconditions refuse
+        raise SizesError(f"{v.label} refuses {v.family.format_sizes(sizes)}: it requires {' and '.join(unmet)}")
     if sweep:
         from .plot import parse_sweep, plot_sweep, sweep_point
         axis, values = parse_sweep(sweep)
