@@ -39,10 +39,7 @@ __device__ __forceinline__ unsigned smem(const void* p) { return (unsigned)__cvt
 #endif
 
 // Bytes of shared memory the kernel needs (the header's `shared` expression says the same).
-// (WS: S more mbarriers, the stages' "empty" ones, after the S "full" ones.)
-__host__ __device__ constexpr unsigned head_units(int S, int R, bool WS = false) {
-    return (unsigned)(8 * S * (WS ? 2 : 1) + 4 * S * R + 15) / 16u;
-}
+__host__ __device__ constexpr unsigned head_units(int S, int R) { return (unsigned)(8 * S + 4 * S * R + 15) / 16u; }
 
 // Lane r < R of warp 0: position bt's rows into stage s (token already loaded); positions at
 // or past N (the block's end) copy nothing.
@@ -93,16 +90,13 @@ __device__ __forceinline__ void wait(unsigned long long* bar, unsigned parity) {
 // Ops::store(dst, unit) a streaming store.
 // WPE: the wpe rows copied into the stage beside the wte rows (else the adds read them from
 // global memory, where after the first sequence they are L2 hits).
-// WS (sm_90; elsewhere the barrier ring below): warp 0 only fills stages and the other warps only
-// add; a warp done with a stage arrives on its "empty" barrier, which the producer waits for
-// before refilling it. No __syncthreads in the loop.
-template <typename Ops, bool WPE = true, bool WS = false, typename E = typename Ops::E, typename Unit = typename Ops::Unit>
+template <typename Ops, bool WPE = true, typename E = typename Ops::E, typename Unit = typename Ops::Unit>
 __device__ __forceinline__ void encoder_forward_bulk(float4* shared4, E* out, const int* __restrict__ inp,
                                                      const E* __restrict__ wte, const E* __restrict__ wpe, int N, int T,
                                                      int C, int V, int R, int S) {
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(shared4);
-    int* valid = reinterpret_cast<int*>(bars + S * (WS ? 2 : 1));
-    E* rows = reinterpret_cast<E*>(shared4 + head_units(S, R, WS));  // stage s: wte rows at KsRC, wpe at (Ks+1)RC
+    int* valid = reinterpret_cast<int*>(bars + S);
+    E* rows = reinterpret_cast<E*>(shared4 + head_units(S, R));  // stage s: wte rows at KsRC, wpe at (Ks+1)RC
     const int per_unit = 16 / (int)sizeof(E), CU = C / per_unit;
     constexpr int K = WPE ? 2 : 1;  // row sets a stage holds
     // The block's positions [lo, hi): an equal share of the N, to the position (62 or 63 each at
@@ -116,46 +110,9 @@ __device__ __forceinline__ void encoder_forward_bulk(float4* shared4, E* out, co
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(bars + s)), "r"(R));
-        if (WS)  // one arrival per adding warp
-            for (int s = 0; s < S; s++)
-                asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(bars + S + s)), "r"((int)(blockDim.x / 32) - 1));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (WS) {
-        if (threadIdx.x < 32) {  // the producer warp: tile i into stage i % S once its adders let it go
-            for (int i = 0; i < tiles; i++) {
-                int s = i % S, bt = lo + i * R + lane;
-                if (i >= S) wait(bars + S + s, (unsigned)(i / S - 1) & 1u);
-                if (producer) {
-                    int token = bt < hi ? __ldg(inp + bt) : 0;
-                    fill<E, WPE>(rows + (size_t)(K * s) * R * C, rows + (size_t)(K * s + 1) * R * C, valid + s * R,
-                                 bars + s, lane, bt, token, wte, wpe, hi, T, C, V);
-                }
-            }
-            return;
-        }
-        const int t = threadIdx.x - 32, threads = blockDim.x - 32;
-        for (int i = 0; i < tiles; i++) {
-            int s = i % S;
-            wait(bars + s, (unsigned)(i / S) & 1u);
-            const Unit* w = reinterpret_cast<const Unit*>(rows + (size_t)(K * s) * R * C);
-            const Unit* p = reinterpret_cast<const Unit*>(rows + (size_t)(K * s + 1) * R * C);
-            const int* ok = valid + s * R;
-            int first = lo + i * R, units = min(R, hi - first) * CU;
-            E* dst = out + (size_t)first * C;
-            for (int u = t; u < units; u += threads) {
-                Unit pu;
-                if (WPE) pu = p[u];
-                else pu = __ldg(reinterpret_cast<const Unit*>(wpe + (size_t)((first + u / CU) % T) * C) + u % CU);
-                Ops::store(dst + (size_t)u * per_unit, Ops::add(w[u], pu, ok[u / CU] != 0));
-            }
-            __syncwarp();
-            if ((threadIdx.x & 31) == 0)
-                asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(bars + S + s)) : "memory");
-        }
-        return;
-    }
 #endif
     // Prologue: the block's first S tiles, one per stage.
     if (producer) {
