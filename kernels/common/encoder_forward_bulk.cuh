@@ -14,8 +14,8 @@
 // What this changes against versions 3-12: a thread no longer holds the row it waits for. The
 // bytes in flight are bounded by shared memory (S - 1 tiles per block) instead of registers and
 // threads, and the token -> row round trip is paid S - 1 tiles ahead of the adds. Measured on the
-// H100 it is slower (0.83x the copy at fp32, 0.80x at bf16, against versions 11 and 12's 0.94-0.96x):
-// the per-tile __syncthreads holds every warp to the slowest one (version 13's header).
+// H100 it is slower (0.83x the copy at fp32, 0.80x at bf16, against versions 11 and 12's 0.94-0.96x),
+// with or without the per-tile __syncthreads (a warp-specialised ring was tried: version 13's header).
 //
 // Layout of the dynamic shared memory (16-byte units): the S mbarriers (8 bytes each) and
 // S * R validity flags (ints), padded to whole units; then stage 0's R wte rows, its R wpe rows

@@ -17,9 +17,16 @@ the stage (version 14 at bf16 does that) 30.2-30.4 (four stages, two blocks an S
 SM's warps resident, and half of every warp's stall cycles (7.4 of 15 per instruction) spent at
 the per-tile __syncthreads: the block moves in lockstep with its slowest warp and its next
 stage's copies, where version 12's 2048 independent threads an SM each wait only for their own
-row. The extra pass through shared memory costs little by comparison. A warp-specialised ring
-(one producer warp, per-stage "empty" barriers instead of __syncthreads) is the next thing to
-try; the rows' dependence on their token, which sets versions 10-12's floor, stays.
+row.
+
+Tried after (not kept; the file stayed as it was): a warp-specialised ring, warp 0 only filling
+stages and the other warps only adding, each adding warp arriving on its stage's "empty" mbarrier
+for warp 0 to wait on, no __syncthreads in the loop. 28.2-28.4 us with the wpe rows in the stages
+(24 KB tiles, four stages, or 12 KB and eight), 30.7-31.1 with wpe read by the adds; at bf16
+17.6-18.2 us against version 14's 17.1-17.5. The barrier was where the warps waited, not why:
+without it they wait on the stages' copies instead. Gathering 3 KB rows through the TMA unit,
+with one block's few warps to add them, does not beat 2048 threads an SM each asking for its own
+16 bytes.
 """
 preconditions = ["C % 4 == 0", "C <= 6144"]  # whole 16-byte rows; a stage's rows fit shared memory
 block_sizes = [128, 256, 512, 1024]
