@@ -22,7 +22,10 @@ Tried after (not kept, same file): persistent grids of one wave (SMS x 2048 thre
 looping over its items with the next item's token loaded while this item's row is in flight:
 one item an iteration 25.6-25.8 us (0.92-0.94x), two 26.8-27.1; at bf16 0.89-0.92x and
 0.86-0.90x against version 11's 0.94-0.97x. The loop's serial iterations lose more than the
-quantised last wave costs.
+quantised last wave costs. Also tried (2026-11-25, six runs): the wte load with an L2 sector
+promotion hint (ld.global.nc.L2::256B, 128B or 64B, so that L2 fetches a row's DRAM bytes in
+larger pieces): 256B 25.9-26.1 us (slower), 128B and 64B 25.0-25.6, the same as this version's
+25.1-25.5 beside them; at bf16 256B on version 11 15.1-15.4 against 14.9-15.0.
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]
