@@ -42,11 +42,11 @@ __device__ __forceinline__ unsigned smem(const void* p) { return (unsigned)__cvt
 __host__ __device__ constexpr unsigned head_units(int S, int R) { return (unsigned)(8 * S + 4 * S * R + 15) / 16u; }
 
 // Lane r < R of warp 0: position bt's rows into stage s (token already loaded); positions at
-// or past N (the block's end) copy nothing.
+// or past `end` (the block's end) copy nothing.
 template <typename E, bool WPE>
 __device__ __forceinline__ void fill(E* wte_s, E* wpe_s, int* valid_s, unsigned long long* bar, int r, int bt,
-                                     int token, const E* wte, const E* wpe, int N, int T, int C, int V) {
-    bool live = bt < N, ok = live && token >= 0 && token < V;
+                                     int token, const E* wte, const E* wpe, int end, int T, int C, int V) {
+    bool live = bt < end, ok = live && token >= 0 && token < V;
     if (live) valid_s[r] = ok;
     unsigned row_bytes = (unsigned)C * (unsigned)sizeof(E);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -114,13 +114,16 @@ __device__ __forceinline__ void encoder_forward_bulk(float4* shared4, E* out, co
     }
     __syncthreads();
 #endif
+    auto refill = [&](int s, int bt, int token) {  // stage s with the tile whose lane-th position is bt
+        fill<E, WPE>(rows + (size_t)(K * s) * R * C, rows + (size_t)(K * s + 1) * R * C, valid + s * R, bars + s, lane,
+                     bt, token, wte, wpe, hi, T, C, V);
+    };
     // Prologue: the block's first S tiles, one per stage.
     if (producer) {
         for (int s = 0; s < S && s < tiles; s++) {
             int bt = lo + s * R + lane;
             int token = bt < hi ? __ldg(inp + bt) : 0;
-            fill<E, WPE>(rows + (size_t)(K * s) * R * C, rows + (size_t)(K * s + 1) * R * C, valid + s * R, bars + s, lane,
-                    bt, token, wte, wpe, hi, T, C, V);
+            refill(s, bt, token);
         }
     }
     __syncthreads();
@@ -146,8 +149,7 @@ __device__ __forceinline__ void encoder_forward_bulk(float4* shared4, E* out, co
         __syncthreads();  // every thread is done with stage s
 
         if (producer && i + S < tiles)
-            fill<E, WPE>(rows + (size_t)(K * s) * R * C, rows + (size_t)(K * s + 1) * R * C, valid + s * R, bars + s, lane,
-                    next_bt, next_token, wte, wpe, hi, T, C, V);
+            refill(s, next_bt, next_token);
     }
 }
 
