@@ -381,11 +381,8 @@ class Session:
         if unmet:
             row.status, row.reason = "refused", f"requires {' and '.join(unmet)}"
             return row
-        if self.options.block_sizes:
-            bad = [b for b in self.options.block_sizes if b not in version.block_sizes]
-            if bad:
-                raise SizesError(f"{version.label} does not sweep block size(s) {bad}: "
-                                 f"its header lists {list(version.block_sizes)}")
+        if why := version.unlisted_block_sizes(self.options.block_sizes or ()):
+            raise SizesError(why)
         req = {**self.request(family, sizes, version.precision),
                "providers": [{"kind": "version", "version": version.number}],
                "cases": self.cases(family, sizes, version.precision, extra_sizes)}

@@ -201,9 +201,8 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
     from .results import FamilyResult, save, write_json
     v = project.family(family).version(version)
     sizes = v.family.parse_sizes(kw["sizes"])  # a bad --sizes fails before any work
-    if bad := [b for b in block_sizes if b not in v.block_sizes]:  # as does a block size the header does not list
-        raise SizesError(f"{v.label} does not take block size {', '.join(map(str, bad))}: its header lists "
-                         f"{', '.join(map(str, v.block_sizes))}")
+    if why := v.unlisted_block_sizes(block_sizes):  # as does a block size the header does not list
+        raise SizesError(why)
     if not sweep and (unmet := v.unmet(sizes)):  # and sizes its preconditions refuse
         raise SizesError(f"{v.label} refuses {v.family.format_sizes(sizes)}: it requires {' and '.join(unmet)}")
     if sweep:

@@ -173,6 +173,14 @@ class Version:
     def kernels(self) -> list[str]:
         return sorted({s.name for s in self.steps if s.kind == "kernel"})
 
+    def unlisted_block_sizes(self, block_sizes) -> str | None:
+        """Why these block sizes cannot be used (some are not in the header's list), or None."""
+        bad = [b for b in block_sizes if b not in self.block_sizes]
+        if not bad:
+            return None
+        return (f"{self.label} does not take block size {', '.join(map(str, bad))}: its header lists "
+                f"{', '.join(map(str, self.block_sizes)) or 'none'}")
+
     def unmet(self, sizes: Mapping[str, int]) -> list[str]:
         """The preconditions (family's and version's) that `sizes` violate."""
         env = self.family.env(sizes)

@@ -86,9 +86,8 @@ def promote(session, version: Version, sizes: list[dict[str, int]], directory: P
         if unmet:
             raise PromoteError(f"{version.label} cannot serve: at {family.format_sizes(s)} it "
                                f"requires {' and '.join(unmet)}")
-    if block_size is not None and block_size not in version.block_sizes:
-        raise PromoteError(f"{version.label} does not sweep block size {block_size} "
-                           f"(its header lists {list(version.block_sizes)})")
+    if block_size is not None and (why := version.unlisted_block_sizes([block_size])):
+        raise PromoteError(why)
     session.options.block_sizes = [block_size] if block_size is not None else None
     row = session.run_version(version, sizes[0], extra_sizes=sizes[1:])
     if not row.passed:
