@@ -1,5 +1,10 @@
 import functools
+import os
 import shutil
+import signal
+import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -54,3 +59,69 @@ def emulator_cases(project, versions, extra=()):
             if not v.unmet(sizes):
                 out.append(pytest.param(name, number, sizes, id=f"{name}-{number}-{v.family.format_sizes(sizes)}"))
     return out
+
+
+# -- processes a test starts: each with a deadline, killed with everything it started --------------------
+TAG = "WORKBENCH_TEST_TAG"
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """The processes whose environment carries TAG=tag (mpirun, its daemons and every rank)."""
+    found, needle = [], f"{TAG}={tag}".encode()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+def kill_tagged(tag: str) -> None:
+    for pid in tagged_pids(tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class Bounded:
+    """A child process (and all it starts) with a tag in its environment, so that whatever it
+    spawned can be found and killed: a hang becomes a failure with the output so far."""
+
+    def __init__(self, cmd, env=None, **kw):
+        self.tag = uuid.uuid4().hex
+        env = {**(os.environ if env is None else env), TAG: self.tag}
+        self.proc = subprocess.Popen([str(c) for c in cmd], env=env, start_new_session=True, text=True, **kw)
+
+    def wait(self, timeout: float) -> tuple[int, str, str]:
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"timed out after {timeout:g} s (killed): {self.proc.args}\n"
+                                 f"--- stdout (end) ---\n{(out or '')[-3000:]}\n--- stderr (end) ---\n{(err or '')[-3000:]}")
+        finally:
+            kill_tagged(self.tag)  # nothing it started outlives it
+        return self.proc.returncode, out or "", err or ""
+
+    def kill(self) -> None:
+        kill_tagged(self.tag)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def bounded(cmd, timeout: float, env=None, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run with a deadline that kills the whole tree on expiry (AssertionError with the
+    output), and the time it took as .seconds."""
+    t0 = time.monotonic()
+    p = Bounded(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    code, out, err = p.wait(timeout)
+    result = subprocess.CompletedProcess(p.proc.args, code, out, err)
+    result.seconds = time.monotonic() - t0
+    return result

@@ -21,12 +21,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, Bounded, bounded, tagged_pids
 
 pytestmark = pytest.mark.gpu
 
@@ -48,18 +50,24 @@ def data(tmp_path_factory):
     return ["-i", str(folder / "train.bin"), "-j", str(folder / "val.bin")]
 
 
-def command(data, json_path, *args, ranks: int | None = None) -> list[str]:
+RUN_S = 420  # one run's deadline: start-up (nvcc on a cold cache, NCCL) and a few hundred small steps
+
+
+def command(data, json_path, *args, ranks: int | None = None, mpi=()) -> list[str]:
     cmd = [sys.executable, "-m", "workbench", "train", *data, *BASE, "--json", str(json_path), *map(str, args)]
     if ranks is not None:
-        cmd = [shutil.which("mpirun"), "-np", str(ranks), "--bind-to", "none", *cmd]
+        cmd = [shutil.which("mpirun"), "-np", str(ranks), "--bind-to", "none", *mpi, *cmd]
     return cmd
 
 
-def train(tmp_path, name, data, *args, ranks=None) -> dict:
+def train(tmp_path, name, data, *args, ranks=None, env=None, mpi=()) -> dict:
     path = tmp_path / f"{name}.json"
-    r = subprocess.run(command(data, path, *args, ranks=ranks), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    r = bounded(command(data, path, *args, ranks=ranks, mpi=mpi), RUN_S, env=env, cwd=ROOT)
     assert r.returncode == 0, f"{name}:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
-    return json.loads(path.read_text())
+    summary = json.loads(path.read_text())
+    summary["exit_after_json_s"] = time.time() - path.stat().st_mtime  # the summary is the run's last output
+    summary["output"] = r.stdout + r.stderr
+    return summary
 
 
 def needs_mpi(gpus: int = 1):
@@ -112,18 +120,18 @@ def test_a_resumed_run_equals_the_run_that_never_stopped(tmp_path, data):
 
     # a real kill -9 while it trains (checkpoints every 2 steps, only the newest kept)
     folder = tmp_path / "killed"
-    proc = subprocess.Popen(command(data, tmp_path / "killed.json", "-b", 4, "--steps", STEPS, "--deterministic",
-                                    "--checkpoint-every", 2, "--keep", 1, "--checkpoint-dir", folder),
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = Bounded(command(data, tmp_path / "killed.json", "-b", 4, "--steps", STEPS, "--deterministic",
+                           "--checkpoint-every", 2, "--keep", 1, "--checkpoint-dir", folder),
+                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     from train import checkpoint
-    deadline = time.monotonic() + 600
-    while proc.poll() is None and time.monotonic() < deadline:
+    deadline = time.monotonic() + RUN_S
+    while proc.proc.poll() is None and time.monotonic() < deadline:
         if folder.is_dir() and (checkpoint.read_latest(folder) or 0) >= 2:
-            proc.send_signal(signal.SIGKILL)
+            proc.proc.send_signal(signal.SIGKILL)
             break
         time.sleep(0.005)
-    proc.wait()
-    if proc.returncode != -signal.SIGKILL:
+    proc.wait(60)
+    if proc.proc.returncode != -signal.SIGKILL:
         pytest.skip("the run ended before it could be killed")
     latest = checkpoint.read_latest(folder)
     if latest >= STEPS:
@@ -159,41 +167,175 @@ def test_mpirun_with_one_rank_equals_a_plain_run(tmp_path, data, zero):
     same_or_close(mpi["losses"], plain["losses"], exact)
 
 
-@pytest.mark.parametrize("zero", [0, 1])
-def test_two_ranks_of_b_equal_one_gpu_of_2b(tmp_path, data, zero):
+# -- many GPUs ------------------------------------------------------------------------------------------
+# One total batch for every run below: 8 rows of T=64 a step, as 1 GPU x B=8, 2 x 4 or 4 x 2.
+ROWS, MULTI_STEPS, HALF = 8, 10, 5
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data):
+    """Uninterrupted 10-step runs on 1, 2 and 4 GPUs (with and without ZeRO-1) that save, write
+    --json and checkpoint at step 5 (and 10): made once, for the comparisons below."""
+    folder = tmp_path_factory.mktemp("runs")
+    cache = {}
+
+    def get(world: int, zero: int) -> dict:
+        if (world, zero) not in cache:
+            needs_mpi(gpus=world)
+            name = f"w{world}z{zero}"
+            cache[(world, zero)] = train(folder, name, data, "-b", ROWS // world, "--steps", MULTI_STEPS, "--zero", zero,
+                                         "--checkpoint-every", HALF, "--checkpoint-dir", folder / name,
+                                         "--save", folder / f"{name}.bin", ranks=None if world == 1 else world)
+            cache[(world, zero)]["checkpoints_dir"] = folder / name
+        return cache[(world, zero)]
+    return get
+
+
+@pytest.mark.parametrize("world, zero", [(2, 0), (2, 1), (4, 0), (4, 1)])
+def test_n_ranks_of_b_equal_one_gpu_of_n_b_and_exit_at_once(runs, world, zero):
+    """Two ranks of B=4 (four of B=2) train as one GPU of B=8, to reduction-order rounding, over 10
+    steps; the run (with --save, --json, --checkpoint-every) ends within 5 s of its summary."""
+    many, one = runs(world, zero), runs(1, 0)
+    assert many["world"] == world and len(many["losses"]) == MULTI_STEPS
+    print(f"\n{world} ranks x B={ROWS // world} (zero {zero}): {many['losses']}\n1 GPU x B={ROWS}: {one['losses']}"
+          f"\nexited {many['exit_after_json_s']:.1f} s after writing its summary")
+    np.testing.assert_allclose(many["losses"], one["losses"], rtol=1e-5)
+    assert many["exit_after_json_s"] < 5
+    assert Path(many["saved"]).is_file() and len(many["checkpoints"]) == 2
+
+
+@pytest.mark.parametrize("before, after", [((2, 1), (1, 0)), ((2, 1), (4, 0)), ((4, 0), (2, 1)), ((1, 0), (4, 1)),
+                                           ((4, 1), (1, 0))])
+def test_a_checkpoint_of_n_gpus_resumes_on_m(tmp_path, runs, data, before, after):
+    """The optimizer state re-sharded, the data position kept: the losses after the resume follow
+    the run that never stopped."""
+    whole = runs(*before)
+    world, zero = after
+    needs_mpi(gpus=world)
+    resumed = train(tmp_path, "resumed", data, "--resume", whole["checkpoints_dir"] / f"model_{HALF:08d}.bin",
+                    "-b", ROWS // world, "--zero", zero, ranks=None if world == 1 else world)
+    print(f"\n{before} -> {after}: {resumed['losses']}\nthe whole run's last {MULTI_STEPS - HALF}: "
+          f"{whole['losses'][HALF:]}")
+    assert resumed["start_step"] == HALF and resumed["world"] == world
+    np.testing.assert_allclose(resumed["losses"], whole["losses"][HALF:], rtol=1e-5)
+
+
+def test_the_network_transport_trains_as_nvlink_does(tmp_path, runs, data):
+    """Between hosts NCCL talks over its network transport: with peer-to-peer and shared memory off
+    it does so on one host, and the run gives the NVLink run's losses."""
+    nvlink = runs(2, 0)
+    env = {**os.environ, "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_DEBUG": "INFO"}
+    net = train(tmp_path, "net", data, "-b", ROWS // 2, "--steps", MULTI_STEPS, ranks=2, env=env)
+    via = sorted({line.split(" via ")[1].split()[0] for line in net["output"].splitlines() if " via " in line})
+    print(f"\nNCCL transports: {via}\nnetwork: {net['losses']}\nNVLink:  {nvlink['losses']}")
+    assert via and all(v.startswith("NET/") for v in via), via
+    np.testing.assert_allclose(net["losses"], nvlink["losses"], rtol=1e-5)
+
+
+def lines_of(proc: Bounded, into: list) -> threading.Thread:
+    t = threading.Thread(target=lambda: into.extend(iter(proc.proc.stdout.readline, "")), daemon=True)
+    t.start()
+    return t
+
+
+def wait_for(cond, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds} s for {what}")
+        time.sleep(0.05)
+
+
+# mpirun, interrupted, ends its job with SIGTERM then SIGKILL, this many seconds apart (1 s by default):
+# time for the ranks to finish their step and write their checkpoint (README: "Stopping a run")
+MPI_GRACE = ["--mca", "odls_base_sigkill_timeout", "30"]
+
+
+def test_sigint_to_mpirun_checkpoints_every_rank_and_exits_non_zero(tmp_path, data):
     needs_mpi(gpus=2)
-    two = train(tmp_path, f"two-zero{zero}", data, "-b", 2, "--steps", 6, "--zero", zero, ranks=2)
-    one = train(tmp_path, "one", data, "-b", 4, "--steps", 6)
-    assert two["world"] == 2
-    print(f"\n2 ranks x B=2 (zero {zero}): {two['losses']}\n1 GPU x B=4: {one['losses']}")
-    np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
+    folder = tmp_path / "ck"
+    proc = Bounded(command(data, tmp_path / "int.json", "-b", 4, "--steps", 100_000, "-v", 0, "-s", 0, "--zero", 1,
+                           "--checkpoint-every", 100_000, "--checkpoint-dir", folder, ranks=2, mpi=MPI_GRACE),
+                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out: list[str] = []
+    lines_of(proc, out)
+    try:
+        wait_for(lambda: sum(line.startswith("step") for line in out) >= 3 or proc.proc.poll() is not None, RUN_S,
+                 "three steps")
+        assert proc.proc.poll() is None, "".join(out[-40:])
+        sent = time.monotonic()
+        proc.proc.send_signal(signal.SIGINT)
+        code, _, _ = proc.wait(120)
+    finally:
+        proc.kill()
+    took = time.monotonic() - sent
+    text = "".join(out)
+    print(f"\nexit {code} {took:.1f} s after SIGINT to mpirun:\n{text[-1500:]}")
+    from train import checkpoint
+    step = checkpoint.read_latest(folder)
+    assert code != 0 and step is not None and step >= 3, text[-3000:]
+    assert checkpoint.find("latest", folder).step == step  # every rank's state and the model: complete
+    assert f"interrupted after step {step}" in text
 
 
 def test_a_dead_rank_stops_the_others_within_seconds(tmp_path, data):
     needs_mpi(gpus=2)
-    proc = subprocess.Popen(command(data, tmp_path / "dead.json", "-b", 4, "--steps", 100_000, "-v", 0, "-s", 0,
-                                    "--comm-timeout", 20, ranks=2),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    victim = None
-    deadline = time.monotonic() + 600
-    while victim is None and time.monotonic() < deadline and proc.poll() is None:
-        line = proc.stdout.readline()
-        if line.startswith("step"):  # training: find rank 1 among mpirun's processes
-            for pid in os.listdir("/proc"):
-                try:
-                    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-                except (OSError, ValueError):
-                    continue
-                if b"OMPI_COMM_WORLD_RANK=1" in env and f"--json\0{tmp_path / 'dead.json'}".encode() in \
-                        open(f"/proc/{pid}/cmdline", "rb").read():
-                    victim = int(pid)
-    assert victim is not None, "rank 1 not found"
-    killed_at = time.monotonic()
-    os.kill(victim, signal.SIGKILL)
-    out, _ = proc.communicate(timeout=120)
+    proc = Bounded(command(data, tmp_path / "dead.json", "-b", 4, "--steps", 100_000, "-v", 0, "-s", 0,
+                           "--comm-timeout", 20, ranks=2),
+                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out: list[str] = []
+    lines_of(proc, out)
+    try:
+        wait_for(lambda: any(line.startswith("step") for line in out) or proc.proc.poll() is not None, RUN_S,
+                 "training to start")
+        victims = [pid for pid in tagged_pids(proc.tag) if b"OMPI_COMM_WORLD_RANK=1" in
+                   open(f"/proc/{pid}/environ", "rb").read().split(b"\0")]
+        assert victims, "rank 1 not found"
+        killed_at = time.monotonic()
+        os.kill(victims[0], signal.SIGKILL)
+        code, _, _ = proc.wait(120)
+    finally:
+        proc.kill()
     took = time.monotonic() - killed_at
-    print(f"\nstopped {took:.1f} s after rank 1 was killed:\n{out[-2000:]}")
-    assert proc.returncode != 0 and took < 60
+    print(f"\nstopped {took:.1f} s after rank 1 was killed:\n{''.join(out)[-2000:]}")
+    assert code != 0 and took < 20 + 10
+
+
+def test_a_retry_loop_finishes_a_run_that_keeps_being_killed(tmp_path, runs, data):
+    """`until mpirun ... --resume latest; do ...; done`: the first start begins the run, each kill -9
+    of a rank loses at most the steps since the last checkpoint, and the loop ends (exit 0) once the
+    run is complete; the last attempt's losses follow the run that never stopped."""
+    needs_mpi(gpus=2)
+    from train import checkpoint
+    whole, folder = runs(2, 1), tmp_path / "loop"
+    args = ["-b", ROWS // 2, "--steps", MULTI_STEPS, "--zero", 1, "--checkpoint-every", 2, "--checkpoint-dir", folder,
+            "--resume", "latest"]
+    attempts, kills = [], 0
+    for attempt in range(8):
+        proc = Bounded(command(data, tmp_path / f"loop{attempt}.json", *args, ranks=2), cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        start = checkpoint.read_latest(folder) or 0
+        try:
+            if kills < 2:  # kill rank 1 once this attempt has checkpointed past where it started
+                wait_for(lambda: (checkpoint.read_latest(folder) or 0) > start or proc.proc.poll() is not None, RUN_S,
+                         "a checkpoint")
+                for pid in tagged_pids(proc.tag):
+                    if b"OMPI_COMM_WORLD_RANK=1" in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                        os.kill(pid, signal.SIGKILL)
+                        kills += 1
+                        break
+            code, out, _ = proc.wait(RUN_S)
+        finally:
+            proc.kill()
+        attempts.append((start, code))
+        if code == 0:
+            break
+    print(f"\nattempts (start step, exit code): {attempts}")
+    assert kills == 2 and attempts[-1][1] == 0 and checkpoint.read_latest(folder) == MULTI_STEPS
+    last = json.loads((tmp_path / f"loop{len(attempts) - 1}.json").read_text())
+    np.testing.assert_allclose(last["losses"], whole["losses"][last["start_step"]:], rtol=1e-5)
+    done = bounded(command(data, tmp_path / "again.json", *args, ranks=2), RUN_S, cwd=ROOT)
+    assert done.returncode == 0 and "the run is complete" in done.stdout
 
 
 def test_bf16_relu_attention_follows_fp32_relu_within_two_percent(tmp_path, data):

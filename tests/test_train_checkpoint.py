@@ -13,7 +13,6 @@ from train.config import preset
 from train.distributed import Local
 from train.errors import TrainError
 from train.params import fresh_init
-from train.trainer import Batches, window
 
 TINY = preset("tiny")
 
@@ -25,7 +24,7 @@ def a_state(step=100, rank=0, world=1, n=37, seed=5) -> formats.TrainState:
     return formats.TrainState(step=step, world=world, rank=rank, zero=1, micro_steps=2, B=4, T=64, total_batch=512 * world,
                               seed=seed, num_params=1000, shard_offset=rank * n,
                               m=rng.standard_normal(n).astype(np.float32), v=rng.random(n).astype(np.float32),
-                              info={"rng": {"sample": sampler.bit_generator.state}, "data": {"next_window": 400},
+                              info={"rng": {"sample": sampler.bit_generator.state}, "data": {"position": {"step": 100, "shard": 0, "file": "t.bin", "offset": 0}},
                                     "options": {"lr": 3e-4}})
 
 
@@ -131,38 +130,6 @@ def test_a_missing_rank_state_makes_the_checkpoint_incomplete(tmp_path):
     formats.write_state(checkpoint.state_path(tmp_path, 4, 0), two_ranks)
     with pytest.raises(TrainError, match="state_00000004_00001.bin missing"):
         checkpoint.find("latest", tmp_path)
-
-
-# -- data: which window each rank and micro-step trains on -------------------------------------------
-def test_ranks_and_micro_steps_take_consecutive_windows_once_each():
-    seen = [window(s, k, r, 3, 2) for s in range(4) for k in range(3) for r in range(2)]
-    assert sorted(seen) == list(range(24))
-    assert [window(s, 0, r, 1, 4) for s in range(2) for r in range(4)] == list(range(8))  # (s*world + r)
-    assert [window(s, 0, 0, 1, 1) for s in range(5)] == list(range(5))  # one GPU: the old sequential loader
-
-
-def test_windows_wrap_like_the_sequential_loader(tmp_path):
-    path = formats.write_tokens(tmp_path / "t.bin", np.arange(1000))
-    b = Batches(str(path), 2, 50)  # 9 windows of 100 (+1)
-    x, y = np.empty(100, np.int32), np.empty(100, np.int32)
-    pos = 0
-    for i in range(25):
-        if pos + 101 > 1000:
-            pos = 0
-        b.load(i, x, y)
-        assert x[0] == pos and y[-1] == pos + 100
-        pos += 100
-
-
-def test_two_micro_steps_of_b_read_what_one_window_of_2b_reads(tmp_path):
-    path = formats.write_tokens(tmp_path / "t.bin", np.arange(1000))
-    small, big = Batches(str(path), 2, 50), Batches(str(path), 4, 50)
-    xs, ys = np.empty((2, 100), np.int32), np.empty((2, 100), np.int32)
-    for k in range(2):
-        small.load(window(0, k, 0, 2, 1), xs[k], ys[k])
-    xb, yb = np.empty(200, np.int32), np.empty(200, np.int32)
-    big.load(0, xb, yb)
-    assert np.array_equal(xs.ravel(), xb) and np.array_equal(ys.ravel(), yb)
 
 
 # -- prepro: never silently replace data -----------------------------------------------------------------

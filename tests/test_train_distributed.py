@@ -137,6 +137,7 @@ class Failed(Exception):
 def a_rank(nccl=None, comm=None) -> MPIWorld:
     world = MPIWorld.__new__(MPIWorld)  # no MPI here: the attributes _poll reads
     world.rank, world.timeout, world.nccl, world.nccl_comm = 1, 0.05, nccl, comm
+    world._stop_at = None
 
     def fail(message):
         raise Failed(message)
@@ -159,3 +160,47 @@ def test_an_nccl_error_stops_the_run_at_once():
 def test_a_wait_that_ends_in_time_returns():
     ticks = iter([False, False, True])
     a_rank()._poll(lambda: next(ticks), "step 1", 10)
+
+
+def test_after_a_stop_request_a_step_that_does_not_end_gives_up_within_the_grace(monkeypatch):
+    """mpirun sends SIGTERM to the others when a rank dies: a step waiting on the dead peer must
+    not wait out the whole --comm-timeout."""
+    import time
+    import train.distributed as distributed
+    monkeypatch.setattr(distributed, "STOP_GRACE_S", 0.05)
+    rank = a_rank()
+    rank.stop_requested()
+    t0 = time.monotonic()
+    with pytest.raises(Failed, match="asked to stop, and step 9 has waited"):
+        rank._poll(lambda: False, "step 9", 100, stoppable=True)
+    assert time.monotonic() - t0 < 5
+    ticks = iter([False, True])  # a wait that is not stoppable (a barrier) keeps its own timeout
+    rank._poll(lambda: next(ticks), "a checkpoint's barrier", 100)
+
+
+class FakeMPI:
+    def Ibarrier(self):
+        return types.SimpleNamespace(Test=lambda: True)
+
+
+def test_close_finalizes_and_frees_the_communicator_after_a_barrier():
+    calls = []
+    nccl = types.SimpleNamespace(comm_finalize=lambda c: calls.append(("finalize", c)),
+                                 comm_destroy=lambda c: calls.append(("destroy", c)))
+    rank = a_rank(nccl, "COMM")
+    rank.comm, rank.timeout = FakeMPI(), 5
+    assert rank.close() is True and calls == [("finalize", "COMM"), ("destroy", "COMM")] and rank.nccl_comm is None
+    assert rank.close() is True  # twice: nothing more
+
+
+def test_a_finalize_that_never_returns_is_left_behind_with_a_warning(monkeypatch, capsys):
+    import threading
+    import train.distributed as distributed
+    monkeypatch.setattr(distributed, "CLOSE_S", 0.1)
+    stuck = threading.Event()
+    nccl = types.SimpleNamespace(comm_finalize=lambda c: stuck.wait(30), comm_destroy=lambda c: None)
+    rank = a_rank(nccl, "COMM")
+    rank.comm, rank.timeout = FakeMPI(), 5
+    assert rank.close() is False
+    stuck.set()
+    assert "did not close within 0.1 s" in capsys.readouterr().err

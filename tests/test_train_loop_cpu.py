@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from train import backends, checkpoint, formats, trainer
+from train.data import Shards, TrainData, window
 from train.distributed import Launch, Local
 from train.options import TrainOptions, prepare
 
@@ -59,12 +60,19 @@ class HostKernels(backends.ReferenceBackend):
 
 class Graph:
     nodes = 0
+    made: list = []
 
     def __init__(self, stream, enqueue):
         self.enqueue = enqueue
+        self.destroyed = False
+        Graph.made.append(self)
 
     def launch(self, stream):
+        assert not self.destroyed
         self.enqueue(stream)
+
+    def destroy(self):
+        self.destroyed = True
 
 
 class Promoted:
@@ -123,7 +131,9 @@ def run(tmp_path, name, **kw) -> dict:
 
 
 def test_the_loop_trains_and_logs_in_llmc_format(host_gpu, data, tmp_path):
+    Graph.made.clear()
     s = run(tmp_path, "a", **data, batch=2, steps=6, log=str(tmp_path / "log.txt"), lr_schedule="cosine", warmup=2)
+    assert Graph.made and all(g.destroyed for g in Graph.made)  # before NCCL's communicator is closed
     assert len(s["losses"]) == 6 and s["losses"][-1] < s["losses"][0]
     assert s["lrs"][:3] == [5e-3, 1e-2, 1e-2] and s["lrs"][-1] == 0.0  # warm-up, then cosine down to 0
     lines = (tmp_path / "log.txt").read_text().splitlines()
@@ -140,14 +150,16 @@ def test_accumulating_two_micro_steps_equals_a_batch_twice_as_large(host_gpu, da
 def test_a_resumed_run_continues_the_run_exactly(host_gpu, data, tmp_path):
     flags = dict(**data, batch=2, steps=8, weight_decay=0.1, lr_schedule="wsd", warmup=2, checkpoint_every=3,
                  checkpoint_dir=str(tmp_path / "ck"))
-    whole = run(tmp_path, "whole", **flags, keep=2)
-    assert checkpoint.steps_in(tmp_path / "ck") == [3, 6] and checkpoint.read_latest(tmp_path / "ck") == 6
+    whole = run(tmp_path, "whole", **flags, keep=3)
+    # every 3 steps, and the last step's (8) so that `--resume latest` finds the run complete
+    assert checkpoint.steps_in(tmp_path / "ck") == [3, 6, 8] and checkpoint.read_latest(tmp_path / "ck") == 8
     rest = run(tmp_path, "rest", **data, resume=str(tmp_path / "ck" / "model_00000003.bin"),
                checkpoint_dir=str(tmp_path / "ck"))
     assert rest["start_step"] == 3 and rest["losses"] == whole["losses"][3:] and rest["lrs"] == whole["lrs"][3:]
     assert [v for v in rest["val_losses"] if v[0] >= 3] == [v for v in whole["val_losses"] if v[0] >= 3]
     state = formats.read_state(checkpoint.state_path(tmp_path / "ck", 6, 0))
-    assert state.info["data"]["next_window"] == 6 and state.info["schedule"]["kind"] == "wsd"
+    assert state.info["data"]["position"] == {"step": 6, "shard": 0, "file": "train.bin", "offset": 6 * 2 * 8}
+    assert state.info["schedule"]["kind"] == "wsd"
     assert state.m.size == state.num_params and np.abs(state.v).sum() > 0
 
 
@@ -157,7 +169,10 @@ def test_zero_1_on_one_process_trains_as_without(host_gpu, data, tmp_path):
     assert a["losses"] == b["losses"]
 
 
-def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_model_saved(host_gpu, data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_model_saved(host_gpu, data, tmp_path, monkeypatch,
+                                                                             signum):
+    """Ctrl-C, or SIGTERM (a scheduler's stop; what mpirun sends every rank when it is interrupted)."""
     import signal
     steps_seen = []
     original = HostKernels.run
@@ -167,7 +182,7 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_model_saved(host_
         if self.program.update and calls and calls[-1] is self.program.update[-1]:
             steps_seen.append(1)
             if len(steps_seen) == 2:
-                signal.raise_signal(signal.SIGINT)  # Ctrl-C during the second step
+                signal.raise_signal(getattr(signal, signum))  # during the second step
     monkeypatch.setattr(HostKernels, "run", run_and_interrupt)
     s = run(tmp_path, "a", **data, batch=2, steps=50, checkpoint_every=10, checkpoint_dir=str(tmp_path / "ck"),
             save=str(tmp_path / "model.bin"))
@@ -196,12 +211,12 @@ def record_backward_inputs(monkeypatch) -> list[dict]:
 def expected_inputs(path, B, T, C, steps, micro_steps) -> list[dict]:
     """Per micro-step of each of `steps`, in order: its window of the file and the plan of it."""
     from references.encoder_backward import encoder_backward_plan
-    batches = trainer.Batches(path, B, T)
+    batches = TrainData(Shards(path), B, T, B * T * micro_steps)
     out = []
     for step in steps:
         for k in range(micro_steps):
             x, y = np.zeros(B * T, np.int32), np.zeros(B * T, np.int32)
-            batches.load(trainer.window(step, k, 0, micro_steps, 1), x, y)
+            batches.load(step, window(k, 0, 1), x, y)
             role, plan = encoder_backward_plan(x, C)
             out.append({"tokens": x, "targets": y, "eb_role": role, "eb_plan": plan})
     return out
@@ -233,7 +248,7 @@ def test_a_prepared_step_uploads_what_a_step_loaded_on_the_spot_does(host_gpu, d
     opts = TrainOptions(**{**data, "batch": 4, "total_batch": 3 * 4 * 8, "steps": 10})
     run_ = prepare(opts, Launch())
     config, params, _ = trainer.load_model("micro", 0)
-    batches = trainer.Batches(data["train_tokens"], 4, 8)
+    batches = run_.train_data
     steps = [0, 1, 2, 5, 6]
     seen = record_backward_inputs(monkeypatch)
     runs = []

@@ -116,8 +116,31 @@ def test_a_sequence_longer_than_the_model_is_refused(data):
     refused(invoke(*data, "-t", "128"), "--seq-len")  # tiny: max T 64
 
 
-def test_an_epoch_shorter_than_one_step_is_refused(data):
-    refused(invoke(*data, "--total-batch", str(128 * 16)), "--steps")  # 15 windows, 16 per step
+def test_a_shard_shorter_than_one_global_batch_is_refused(data):
+    line = refused(invoke(*data, "--total-batch", str(128 * 16)), "'-i'")  # 2,000 tokens, 2,049 a global batch
+    assert "shorter than one global batch" in line
+
+
+def test_an_empty_glob_or_mixed_shards_are_one_line_before_any_gpu_work(data, tmp_path):
+    assert "matches no file" in refused(invoke(*data, "-i", tmp_path / "none_*.bin"), "'-i'")
+    assert "matches no file" in refused(invoke(*data, "-j", tmp_path / "none_*.bin"), "'-j'")
+    (tmp_path / "shards").mkdir()
+    formats.write_tokens(tmp_path / "shards" / "a_000000.bin", np.arange(2000) % 50257)
+    formats.write_tokens(tmp_path / "shards" / "a_000001.bin", np.arange(100))
+    assert "a_000001.bin: 100 tokens" in refused(invoke(*data, "-i", tmp_path / "shards" / "a_*.bin"), "'-i'")
+    header = np.zeros(256, "<i4")
+    header[:3] = (formats.TOKENS_MAGIC, 2, 2000)
+    (tmp_path / "shards" / "a_000001.bin").write_bytes(header.tobytes() + np.arange(2000, dtype="<u4").tobytes())
+    assert "mixed formats" in refused(invoke(*data, "-i", tmp_path / "shards" / "a_*.bin"), "'-i'")
+
+
+@pytest.mark.skipif(not NO_PYCUDA, reason="reaching the 'PyCUDA is not installed' line proves every check passed")
+def test_a_glob_of_good_shards_passes_every_check(data, tmp_path):
+    (tmp_path / "shards").mkdir()
+    for i in range(3):
+        formats.write_tokens(tmp_path / "shards" / f"a_{i:06d}.bin", np.arange(700 + i) % 50257)
+    r = invoke(*data, "-i", tmp_path / "shards" / "a_*.bin", "-j", tmp_path / "shards" / "a_000000.bin")
+    assert "PyCUDA" in r.output and r.exit_code != 0
 
 
 def test_schedule_options_without_their_schedule_are_refused(data):
@@ -127,7 +150,9 @@ def test_schedule_options_without_their_schedule_are_refused(data):
 
 def test_resume_of_a_missing_file_or_empty_folder_is_refused(data, tmp_path):
     refused(invoke(*data, "--resume", tmp_path / "nope.bin"), "--resume")
-    refused(invoke(*data, "--resume", "latest", "--checkpoint-dir", tmp_path / "none"), "--resume")
+    # latest with nothing to resume starts afresh, but only where it will write checkpoints itself
+    assert "--checkpoint-every" in refused(invoke(*data, "--resume", "latest", "--checkpoint-dir", tmp_path / "none"),
+                                           "--resume")
     (tmp_path / "empty").mkdir()
     refused(invoke(*data, "--resume", tmp_path / "empty"), "--resume")
     refused(invoke(*data, "--resume", tmp_path / "empty", "--init", "d12"), "--init")
@@ -170,10 +195,10 @@ def test_a_resume_keeps_the_checkpoints_settings(data, folder):
 
 
 def test_a_resume_refuses_an_explicit_setting_that_differs(data, folder):
-    with pytest.raises(TrainError, match="'--batch-size': 4 differs from the checkpoint's 2"):
-        prepare(options(data, resume=str(folder), batch=4, explicit=frozenset({"batch"})), Launch())
-    with pytest.raises(TrainError, match="'--resume': the checkpoint was written by 1 processes, this run has 2"):
-        prepare(options(data, resume=str(folder)), Launch(world=2, rank=0, launcher="OMPI_COMM_WORLD_SIZE"))
+    with pytest.raises(TrainError, match="'--total-batch': 256 differs from the checkpoint's 128"):
+        prepare(options(data, resume=str(folder), total_batch=256, explicit=frozenset({"total_batch"})), Launch())
+    with pytest.raises(TrainError, match="'--lr': 0.01 differs from the checkpoint's 0.001"):
+        prepare(options(data, resume=str(folder), lr=1e-2, explicit=frozenset({"lr"})), Launch())
     longer = prepare(options(data, resume=str(folder), steps=12, explicit=frozenset({"steps"})), Launch())
     assert longer.steps == 12
     with pytest.raises(TrainError, match="'--steps': the checkpoint is at step 4 of 4"):
@@ -193,3 +218,57 @@ def test_a_resume_refuses_an_incomplete_checkpoint(data, folder):
 ])
 def test_a_precision_and_attention_that_do_not_go_together_are_refused_up_front(data, args, option, says):
     assert says in refused(invoke(*data, *args), option)
+
+
+# -- resume on another number of GPUs; the retry loop ----------------------------------------------------
+MPI2 = Launch(world=2, rank=1, local_rank=1, launcher="OMPI_COMM_WORLD_SIZE")
+
+
+def test_a_resume_on_more_gpus_keeps_the_total_batch_and_splits_it_anew(data, tmp_path):
+    folder = tmp_path / "ck4"
+    folder.mkdir()
+    first = prepare(options(data, steps=10, total_batch=4 * 64), Launch())  # 1 GPU, 2 micro-steps of B=2
+    write_checkpoint_of(first, folder, 4)
+    two = prepare(options(data, resume="latest", checkpoint_dir=str(folder)), MPI2)
+    assert (two.total_batch, two.micro_steps, two.opts.batch, two.steps) == (256, 1, 2, 10)
+    wide = prepare(options(data, resume="latest", checkpoint_dir=str(folder), batch=1, explicit=frozenset({"batch"})),
+                   MPI2)
+    assert (wide.total_batch, wide.micro_steps) == (256, 2)
+    with pytest.raises(TrainError, match="'--total-batch': the checkpoint's total batch of 256 tokens is not a multiple"):
+        prepare(options(data, resume="latest", checkpoint_dir=str(folder)),
+                Launch(world=4, rank=0, launcher="OMPI_COMM_WORLD_SIZE"))
+
+
+def test_resume_latest_starts_fresh_then_resumes_then_says_the_run_is_complete(data, tmp_path):
+    from train.options import RunComplete
+    folder = tmp_path / "loop"
+    loop = dict(resume="latest", checkpoint_dir=str(folder), checkpoint_every=2, steps=6)
+    fresh = prepare(options(data, **loop, explicit=frozenset({"resume", "checkpoint_every", "steps"})), Launch())
+    assert fresh.resume is None and "starting a fresh run" in fresh.notes[0]
+    write_checkpoint_of(fresh, folder, 2)
+    again = prepare(options(data, **loop, explicit=frozenset({"resume", "checkpoint_every", "steps"})), Launch())
+    assert again.resume.step == 2
+    write_checkpoint_of(fresh, folder, 6)
+    with pytest.raises(RunComplete, match="the run is complete: .* step 6 of 6"):
+        prepare(options(data, resume="latest", checkpoint_dir=str(folder)), Launch())
+
+
+def test_the_retry_loop_on_the_command_line_exits_0_once_complete(data, tmp_path):
+    folder = tmp_path / "done"
+    folder.mkdir()
+    write_checkpoint_of(prepare(options(data, steps=3), Launch()), folder, 3)
+    r = invoke(*data, "--resume", "latest", "--checkpoint-dir", folder)
+    assert r.exit_code == 0 and "the run is complete" in r.output and "PyCUDA" not in r.output
+
+
+def test_a_resume_on_other_shards_is_refused(data, tmp_path):
+    folder = tmp_path / "moved"
+    folder.mkdir()
+    run = prepare(options(data, steps=10), Launch())
+    write_checkpoint_of(run, folder, 4)
+    state = formats.read_state(checkpoint.state_path(folder, 4, 0))
+    state.info["data"] = {"position": {"step": 4, "shard": 0, "file": "train.bin", "offset": 999}}
+    formats.write_state(checkpoint.state_path(folder, 4, 0), state)
+    with pytest.raises(TrainError, match="'-i': the checkpoint's run reads step 5 from token 999 of train.bin; these "
+                                         "shards put it at token 512 of train.bin"):
+        prepare(options(data, resume="latest", checkpoint_dir=str(folder)), Launch())

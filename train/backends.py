@@ -335,6 +335,14 @@ class Graph:
     def launch(self, stream) -> None:
         _check(self.cu.cuGraphLaunch(self.exec, self.cu.CUstream(stream.handle)), "launch")
 
+    def destroy(self) -> None:
+        """Free the graph now (cuda-bindings never does): until then it holds what it captured,
+        NCCL's communicator included."""
+        if self.exec is not None:
+            _check(self.cu.cuGraphExecDestroy(self.exec), "destroy")
+            _check(self.cu.cuGraphDestroy(self.graph), "destroy")
+            self.exec = self.graph = None
+
 
 def _check(result, what: str) -> None:
     from cuda.bindings import driver as cu

@@ -19,8 +19,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from . import formats
-from .errors import bad_option
+from .errors import TrainError, bad_option
 
 LATEST = "latest"
 MODEL_RE = re.compile(r"model_(\d{8})\.bin$")
@@ -103,6 +105,25 @@ class Resume:
 
     def state_of(self, rank: int) -> Path:
         return self.states[rank]
+
+    def moments(self, lo: int, hi: int, num_params: int) -> tuple[np.ndarray, np.ndarray]:
+        """AdamW's m and v for parameters [lo, hi) of the flat vector, gathered from the state
+        files however the writing run sharded them (ZeRO-1 over any number of GPUs: each file its
+        shard; without it: rank 0's file holds them all), so that a run on another number of GPUs,
+        with or without ZeRO-1, takes its own shard. Past the last parameter (padding): zeros."""
+        m, v = np.zeros(hi - lo, np.float32), np.zeros(hi - lo, np.float32)
+        covered = np.zeros(hi - lo, bool)
+        for path in self.states:
+            start, ms, vs = formats.read_state_moments(path, lo, hi)
+            m[start - lo:start - lo + ms.size] = ms
+            v[start - lo:start - lo + vs.size] = vs
+            covered[start - lo:start - lo + ms.size] = True
+        real = min(hi, num_params) - lo
+        if real > 0 and not covered[:real].all():
+            first = lo + int(np.argmin(covered[:real]))
+            raise TrainError(f"the checkpoint of step {self.step} ({self.model.parent}) holds no optimizer state for "
+                             f"parameter {first:,}: its state files are incomplete")
+        return m, v
 
 
 def find(spec: str, checkpoint_dir: Path) -> Resume:

@@ -16,9 +16,15 @@ One process per GPU. Whether we run under MPI is read from the environment the l
   calls, so the whole step, collectives included, is one CUDA graph;
 * every wait is a watchdog: the host polls an event (or an MPI request) instead of blocking, checks
   NCCL's asynchronous error, and past --comm-timeout prints one line, aborts the communicator and
-  calls MPI_Abort, which ends every rank. A rank killed outright makes mpirun end the others with
-  SIGTERM, which each turns into one line too. Blocking calls that cannot be polled (the NCCL
-  set-up) run under a timer thread that does the same.
+  calls MPI_Abort, which ends every rank. Blocking calls that cannot be polled (the NCCL set-up)
+  run under a timer thread that does the same;
+* stopping: SIGINT or SIGTERM while training (Ctrl-C; mpirun, interrupted, sends SIGTERM to every
+  rank) asks the ranks to stop after the step they agree on, checkpoint and exit non-zero; a wait
+  that then lasts over STOP_GRACE_S (a peer is gone: mpirun also sends SIGTERM when a rank dies)
+  ends the rank with one line. During set-up SIGTERM ends the rank at once, with one line;
+* the end: the trainer first destroys its CUDA graphs (a graph that captured NCCL calls keeps the
+  communicator alive, and ncclCommFinalize would wait for it forever), then every rank meets at a
+  barrier and finalizes the communicator under a deadline (CLOSE_S).
 
 `Local` is the single-process stand-in with the same interface: every collective is the identity.
 """
@@ -48,6 +54,8 @@ POLL_S = 1e-4          # host polling interval while waiting for the GPU or MPI
 CHECK_S = 0.05         # how often NCCL's asynchronous error is read while waiting
 PHASES = 30            # rank 0's host-only phases (validation, sampling, saving) may take this many comm timeouts
 SETUP_S = 1800.0       # compiling kernels and joining NCCL (first run: nvcc) may take this long
+STOP_GRACE_S = 10.0    # after a stop was asked for, a step's wait may take this long before the rank gives up
+CLOSE_S = 10.0         # finalizing the NCCL communicator at the end may take this long
 
 
 @dataclass(frozen=True)
@@ -103,8 +111,11 @@ class Local:
     def barrier(self, what: str) -> None:
         pass
 
-    def close(self) -> None:
-        pass
+    def stop_requested(self) -> None:
+        """A signal asked the run to stop (the trainer stops after this step)."""
+
+    def close(self) -> bool:
+        return True
 
 
 class MPIWorld:
@@ -128,6 +139,7 @@ class MPIWorld:
         self.timeout = comm_timeout
         self.nccl = self.nccl_comm = None
         self._event = None
+        self._stop_at: float | None = None
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     # -- the GPU -------------------------------------------------------------------------------
@@ -166,20 +178,24 @@ class MPIWorld:
             import pycuda.driver as drv
             self._event = drv.Event(drv.event_flags.DISABLE_TIMING)
         self._event.record(stream)
-        self._poll(self._event.query, what, self.timeout)
+        self._poll(self._event.query, what, self.timeout, stoppable=True)
 
     def total(self, values: list[float], what: str) -> list[float]:
         send = np.asarray(values, dtype=np.float64)
         recv = np.empty_like(send)
         request = self.comm.Iallreduce(send, recv, op=self.MPI.SUM)
-        self._poll(request.Test, what, self.timeout)
+        self._poll(request.Test, what, self.timeout, stoppable=True)
         return recv.tolist()
+
+    def stop_requested(self) -> None:
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
 
     def barrier(self, what: str) -> None:
         """Every rank waits here for the others, rank 0's host-only phases included."""
         self._poll(self.comm.Ibarrier().Test, what, PHASES * self.timeout)
 
-    def _poll(self, done, what: str, timeout: float) -> None:
+    def _poll(self, done, what: str, timeout: float, stoppable: bool = False) -> None:
         start = time.monotonic()
         check_at = start
         while not done():
@@ -189,6 +205,9 @@ class MPIWorld:
                 if now - start > timeout:
                     self.fail(f"waited {timeout:g} s for {what}: another rank has died or hangs; stopping every "
                               f"rank (raise --comm-timeout if this wait is legitimately longer)")
+                if stoppable and self._stop_at is not None and now - max(start, self._stop_at) > STOP_GRACE_S:
+                    self.fail(f"asked to stop, and {what} has waited {now - start:.0f} s: another rank has died "
+                              f"(mpirun sends SIGTERM when one does); stopping")
                 check_at = now + CHECK_S
             time.sleep(POLL_S)
 
@@ -231,16 +250,31 @@ class MPIWorld:
         sys.stderr.flush()
         os._exit(1)
 
-    def close(self) -> None:
-        """After a run that ended normally on every rank."""
-        if self.nccl_comm is not None:
-            self.barrier("the end of the run")
+    def close(self) -> bool:
+        """After a run that ended on every rank and destroyed its CUDA graphs: finalize and free
+        the communicator. False if that did not finish within CLOSE_S (the caller then ends the
+        process without waiting for NCCL's threads)."""
+        if self.nccl_comm is None:
+            return True
+        self.barrier("the end of the run")
+        comm, nccl = self.nccl_comm, self.nccl
+        self.nccl_comm = None  # the watchdog reads no more errors from it
+
+        def finish():
             try:
-                self.nccl.comm_finalize(self.nccl_comm)
-                self.nccl.comm_destroy(self.nccl_comm)
-            except Exception:  # noqa: BLE001 - the run is over; nothing to act on
-                pass
-            self.nccl_comm = None
+                nccl.comm_finalize(comm)
+                nccl.comm_destroy(comm)
+            except Exception as e:  # noqa: BLE001 - the run is over; say so and go on
+                sys.stderr.write(f"warning: rank {self.rank}: closing NCCL: {e}\n")
+        closer = threading.Thread(target=finish, daemon=True)
+        closer.start()
+        closer.join(CLOSE_S)
+        if closer.is_alive():
+            sys.stderr.write(f"warning: rank {self.rank}: NCCL's communicator did not close within {CLOSE_S:g} s; "
+                             "exiting without it\n")
+            sys.stderr.flush()
+            return False
+        return True
 
 
 class NcclComm:

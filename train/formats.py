@@ -494,3 +494,20 @@ def read_state(path: str | os.PathLike, moments: bool = True) -> TrainState:
     else:
         m = v = np.empty(0, dtype=np.float32)
     return TrainState(**fields, m=m, v=v, info=info)
+
+
+def read_state_moments(path: str | os.PathLike, lo: int, hi: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """The part of a state file's m and v that covers parameters [lo, hi): (the first parameter
+    it covers, m, v); empty arrays where the file's shard does not meet [lo, hi)."""
+    path = Path(path)
+    state = read_state(path, moments=False)
+    header, _ = _read_header(path, STATE_MAGIC, "a workbench trainer state")
+    n = int(header[2 + len(STATE_FIELDS)])
+    start, end = max(lo, state.shard_offset), min(hi, state.shard_offset + n)
+    if start >= end:
+        empty = np.empty(0, np.float32)
+        return lo, empty, empty
+    skip, count = start - state.shard_offset, end - start
+    m = np.fromfile(path, dtype="<f4", count=count, offset=HEADER_BYTES + 4 * skip)
+    v = np.fromfile(path, dtype="<f4", count=count, offset=HEADER_BYTES + 4 * (n + skip))
+    return start, m.astype(np.float32, copy=False), v.astype(np.float32, copy=False)

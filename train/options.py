@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from glob import has_magic as glob_has_magic
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import checkpoint, formats
 from .config import GPT2Config, PRESETS
+from .data import Shards, TrainData, ValData
 from .distributed import Launch
-from .errors import TrainError, bad_option
+from .errors import OptionError, TrainError, bad_option
 from .model import attention_variant
 from .schedule import Schedule
 
@@ -26,14 +28,15 @@ DATA_DIR = Path("data")
 
 # What a resumed run keeps from its checkpoint (with the flag that sets it): an option given
 # explicitly with another value is refused; --steps alone may change (a longer run).
-KEPT = {"batch": "--batch-size", "seq": "--seq-len", "total_batch": "--total-batch", "zero": "--zero",
+KEPT = {"seq": "--seq-len", "total_batch": "--total-batch",
         "attention": "--attention", "precision": "--precision", "tf32": "--tf32", "lr": "--lr", "lr_schedule": "--lr-schedule",
         "warmup": "--warmup", "final_lr_frac": "--final-lr-frac", "decay_frac": "--decay-frac",
         "beta1": "--beta1", "beta2": "--beta2", "eps": "--eps", "weight_decay": "--weight-decay",
         "grad_clip": "--grad-clip", "seed": "--seed"}
 # What a resumed run also takes from its checkpoint unless given again: where the data and the log
-# are, how it evaluates and samples, how often and where it checkpoints.
-CARRIED = ("train_tokens", "val_tokens", "log", "val_every", "val_batches", "sample_every", "gen_tokens",
+# are, how it evaluates and samples, how often and where it checkpoints; and how the total batch is
+# split (B per GPU, ZeRO), which may change with the number of GPUs: the global batches stay the same.
+CARRIED = ("batch", "zero", "train_tokens", "val_tokens", "log", "val_every", "val_batches", "sample_every", "gen_tokens",
            "checkpoint_every", "checkpoint_dir", "keep")
 
 
@@ -87,6 +90,9 @@ class Run:
     steps: int
     schedule: Schedule
     resume: checkpoint.Resume | None = None
+    train_data: TrainData | None = None
+    val_data: ValData | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def total_batch(self) -> int:
@@ -98,13 +104,21 @@ class Run:
         return {**out, "total_batch": self.total_batch, "steps": self.steps}
 
 
+class RunComplete(TrainError):
+    """`--resume latest` found the run's last step already checkpointed: nothing to do (exit 0),
+    which ends a retry loop such as `until workbench train ... --resume latest; do sleep 1; done`."""
+
+    exit_code = 0
+
+
 def prepare(opts: TrainOptions, launch: Launch) -> Run:
-    resume = None
+    resume, notes = None, []
     if opts.resume:
-        if "init" in opts.explicit:
-            raise bad_option("--init", "give --init or --resume, not both (a resumed run continues its checkpoint's model)")
-        resume = checkpoint.find(opts.resume, Path(opts.checkpoint_dir))
-        opts = adopt(opts, resume, launch)
+        resume = find_resume(opts)
+        if resume is None:
+            notes.append(f"--resume latest: no checkpoint in {opts.checkpoint_dir}/ yet: starting a fresh run")
+        else:
+            opts = adopt(opts, resume, launch)
     if opts.attention is None:
         opts = dataclasses.replace(opts, attention="flash" if opts.precision == "bf16" else "softmax")
     try:
@@ -126,32 +140,60 @@ def prepare(opts: TrainOptions, launch: Launch) -> Run:
     per_step = B * T * launch.world
     total_batch = opts.total_batch or per_step
     if total_batch % per_step:
+        if resume is not None:
+            raise bad_option("--total-batch", f"the checkpoint's total batch of {total_batch:,} tokens is not a multiple "
+                                              f"of B*T*GPUs = {B}*{T}*{launch.world} = {per_step:,}: give a -b that "
+                                              f"divides it on {launch.world} GPU(s)")
         raise bad_option("--total-batch", f"{total_batch} is not a multiple of B*T*GPUs = {B}*{T}*{launch.world} = "
                                           f"{per_step} tokens")
     micro_steps = total_batch // per_step
-    ntrain = token_file(opts.train_tokens, "-i", B, T)
-    if opts.val_every > 0:
-        token_file(opts.val_tokens, "-j", B, T)
-    per_epoch = (ntrain - 1) // (B * T) // (micro_steps * launch.world)
-    steps = opts.steps if opts.steps != -1 else per_epoch
-    if steps < 1:
-        raise bad_option("--steps", f"one epoch of {opts.train_tokens} ({ntrain:,} tokens) is shorter than one optimizer "
-                                    f"step ({total_batch:,} tokens); give --steps N")
-    if resume is not None and resume.step >= steps:
-        raise bad_option("--steps", f"the checkpoint is at step {resume.step} of {steps}: nothing left to train "
-                                    f"(give a larger --steps)")
+    train_data = data_of(lambda: TrainData(token_shards(opts.train_tokens, "-i"), B, T, total_batch), "-i")
+    val_data = data_of(lambda: ValData(token_shards(opts.val_tokens, "-j"), B, T), "-j") if opts.val_every > 0 else None
+    steps = opts.steps if opts.steps != -1 else train_data.per_epoch
+    if resume is not None:
+        check_position(resume, train_data)
+        if resume.step >= steps:
+            if opts.resume == "latest" and "steps" not in opts.explicit:
+                raise RunComplete(f"the run is complete: {opts.checkpoint_dir}/ holds its checkpoint of step "
+                                  f"{resume.step} of {steps} (give a larger --steps to train on)")
+            raise bad_option("--steps", f"the checkpoint is at step {resume.step} of {steps}: nothing left to train "
+                                        f"(give a larger --steps)")
     check_schedule_options(opts)
     schedule = Schedule(opts.lr_schedule, opts.lr, steps, opts.warmup, opts.final_lr_frac, opts.decay_frac)
-    return Run(opts, launch, config, micro_steps, steps, schedule, resume)
+    return Run(opts, launch, config, micro_steps, steps, schedule, resume, train_data, val_data, tuple(notes))
+
+
+def find_resume(opts: TrainOptions) -> checkpoint.Resume | None:
+    """The checkpoint --resume names; None for `latest` when no checkpoint exists yet (a retry
+    loop's first start), which then needs --checkpoint-every so that a later start can resume."""
+    latest = opts.resume == "latest"
+    if latest and checkpoint.read_latest(Path(opts.checkpoint_dir)) is None:
+        if opts.checkpoint_every <= 0:
+            raise bad_option("--resume", f"no checkpoint in {opts.checkpoint_dir}/ to resume, and without "
+                                         f"--checkpoint-every N this run would write none either")
+        return None
+    if "init" in opts.explicit and not latest:
+        raise bad_option("--init", "give --init or --resume, not both (a resumed run continues its checkpoint's model)")
+    return checkpoint.find(opts.resume, Path(opts.checkpoint_dir))
+
+
+def check_position(resume: checkpoint.Resume, data: TrainData) -> None:
+    """The global batch the checkpoint's run would read next must be the one these shards give."""
+    saved = formats.read_state(resume.state_of(0), moments=False).info.get("data", {}).get("position")
+    if saved is None:  # written before positions were recorded
+        return
+    here = data.position(resume.step).as_dict()
+    if (saved["file"], saved["offset"]) != (here["file"], here["offset"]):
+        raise bad_option("-i", f"the checkpoint's run reads step {resume.step + 1} from token {saved['offset']:,} of "
+                               f"{saved['file']}; these shards put it at token {here['offset']:,} of {here['file']}: "
+                               f"resume with the run's own -i")
 
 
 def adopt(opts: TrainOptions, resume: checkpoint.Resume, launch: Launch) -> TrainOptions:
     """The options with the checkpoint's settings: KEPT ones refused where an explicit option
-    differs; the number of steps and CARRIED ones taken unless given."""
+    differs; the number of steps and CARRIED ones taken unless given. The number of GPUs may
+    differ from the checkpoint's (the optimizer state is re-sharded: Trainer.restore)."""
     state = formats.read_state(resume.state_of(0), moments=False)
-    if state.world != launch.world:
-        raise bad_option("--resume", f"the checkpoint was written by {state.world} processes, this run has "
-                                     f"{launch.world}: resume with mpirun -np {state.world}")
     saved = state.info.get("options", {})
     changes = {}
     for key, flag in KEPT.items():
@@ -178,16 +220,25 @@ def model_config(init: str, option: str) -> GPT2Config:
         raise bad_option(option, str(e)) from None
 
 
-def token_file(path: str, option: str, B: int, T: int) -> int:
-    if not Path(path).exists():
-        raise bad_option(option, f"{path} does not exist: run `workbench prepro tinyshakespeare` first, or pass {option}")
+def data_of(make, option: str):
+    """make(), with a TrainError about the data (a shard shorter than a batch) as one line naming `option`."""
     try:
-        n = formats.token_count(path)
+        return make()
+    except OptionError:
+        raise
     except TrainError as e:
         raise bad_option(option, str(e)) from None
-    if n < B * T + 1:
-        raise bad_option(option, f"{path} holds {n:,} tokens, fewer than one batch of B*T+1 = {B * T + 1:,}")
-    return n
+
+
+def token_shards(pattern: str, option: str) -> Shards:
+    """The shard set a -i / -j value names (a file or a glob), headers read and checked."""
+    if not glob_has_magic(pattern) and not Path(pattern).exists():
+        raise bad_option(option, f"{pattern} does not exist: run `workbench prepro tinyshakespeare` (or `workbench "
+                                 f"prepro text FILES...`) first, or pass {option}")
+    try:
+        return Shards(pattern)
+    except TrainError as e:
+        raise bad_option(option, str(e)) from None
 
 
 def check_schedule_options(opts: TrainOptions) -> None:

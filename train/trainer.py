@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ from references.encoder_backward import encoder_backward_plan
 from workbench.timing import matmul_peak
 
 from . import checkpoint, formats
+from .data import TrainData, ValData, window
 from .config import EOT, GPT2Config, PRESETS, preset
 from .errors import TrainError
 from .model import Program, flops_per_token
@@ -43,34 +46,6 @@ SAMPLE_SEED = 1337  # the sampling RNG's seed, as the C trainer's
 # The graphs of a step by (first micro-step, last micro-step): one when there is one micro-step.
 GRAPH_NAMES = {(True, True): "step", (True, False): "first micro-step", (False, False): "middle micro-steps",
                (False, True): "last micro-step"}
-
-
-class Batches:
-    """The B*T+1-token windows of a token file: window i starts at token (i mod per_epoch) * B*T,
-    so consecutive windows run through the file and wrap at its end (as the C trainer's loader)."""
-
-    def __init__(self, path: str, B: int, T: int):
-        self.path = path
-        self.tokens = formats.read_tokens(path).astype(np.int32)
-        self.B, self.T = B, T
-        if self.tokens.size < B * T + 1:
-            raise TrainError(f"{path}: {self.tokens.size:,} tokens, fewer than one batch of B*T+1 = {B * T + 1:,}")
-
-    @property
-    def per_epoch(self) -> int:
-        return (self.tokens.size - 1) // (self.B * self.T)
-
-    def load(self, i: int, x: np.ndarray, y: np.ndarray) -> None:
-        n = self.B * self.T
-        pos = (i % self.per_epoch) * n
-        x[:] = self.tokens[pos:pos + n]
-        y[:] = self.tokens[pos + 1:pos + n + 1]
-
-
-def window(step: int, micro: int, rank: int, micro_steps: int, world: int) -> int:
-    """The window rank `rank` trains on at micro-step `micro` of optimizer step `step`: the ranks
-    take consecutive windows, then the micro-steps, then the steps (one GPU: window = step)."""
-    return (step * micro_steps + micro) * world + rank
 
 
 def load_model(init: str, seed: int) -> tuple[GPT2Config, np.ndarray, str]:
@@ -156,12 +131,12 @@ class Trainer:
         for name, host in (("tokens", self.x), ("targets", self.y), ("eb_role", self.role), ("eb_plan", self.plan)):
             self._upload(name, host[half, k])
 
-    def prepare(self, batches: Batches, step: int) -> None:
+    def prepare(self, batches: TrainData, step: int) -> None:
         """Load the micro-steps' batches of optimizer step `step` into half step % 2 and plan their
         tokens for the embedding backward. The caller makes sure no copy from that half is pending."""
         d, M, h = self.dist, self.M, step % 2
         for k in range(M):
-            batches.load(window(step, k, d.rank, M, d.world), self.x[h, k], self.y[h, k])
+            batches.load(step, window(k, d.rank, d.world), self.x[h, k], self.y[h, k])
             self.role[h, k], self.plan[h, k] = encoder_backward_plan(self.x[h, k], self.config.channels)
         self.prepared = step
 
@@ -194,7 +169,7 @@ class Trainer:
         self.eval_graph = self._graph_cls(self.stream, self._enqueue_eval)
         self.forward_graph = self._graph_cls(self.stream, self._enqueue_forward)
 
-    def step(self, batches: Batches, step: int, lr: float) -> tuple[float, float, float]:
+    def step(self, batches: TrainData, step: int, lr: float) -> tuple[float, float, float]:
         """One optimizer step. Returns (this rank's mean loss, wall ms, host us outside the graphs)."""
         o, d, M = self.run.opts, self.dist, self.M
         t0 = time.perf_counter()
@@ -227,9 +202,9 @@ class Trainer:
         self.stream.synchronize()
         return float(np.mean(self.losses[0], dtype=np.float64))
 
-    def val_loss(self, batches: Batches, n: int) -> float:
-        """The mean loss of the first n windows of the validation file (this rank alone)."""
-        n = min(n, batches.per_epoch)
+    def val_loss(self, batches: ValData, n: int) -> float:
+        """The mean loss of the first n windows of the validation shards (this rank alone)."""
+        n = min(n, batches.windows)
         total = 0.0
         for i in range(n):
             batches.load(i, self.eval_x, self.eval_y)
@@ -275,7 +250,8 @@ class Trainer:
         self.stream.synchronize()
         m = self.backend.download("m") if self.holds_moments() else np.empty(0, np.float32)
         v = self.backend.download("v") if self.holds_moments() else np.empty(0, np.float32)
-        info = {"data": {"next_window": window(step, 0, d.rank, self.M, d.world), "train_tokens": o.train_tokens},
+        info = {"data": {"position": {"step": step, **self.run.train_data.position(step).as_dict()},
+                         "train_tokens": o.train_tokens},
                 "rng": {"sample": rng.bit_generator.state},
                 "schedule": self.run.schedule.state(), "options": self.run.settings()}
         return formats.TrainState(step, d.world, d.rank, o.zero, self.M, o.batch, o.seq, self.run.total_batch, o.seed,
@@ -283,21 +259,22 @@ class Trainer:
 
     def restore(self, resume: checkpoint.Resume, rng: np.random.Generator) -> None:
         """Optimizer moments and the sampling RNG from the checkpoint (the parameters came with
-        the model file)."""
-        d = self.dist
-        own = formats.read_state(resume.state_of(d.rank))
-        source = own if self.run.opts.zero else formats.read_state(resume.state_of(0))
-        n = self.program.shard_elems
-        if source.m.size != n:
-            raise TrainError(f"{resume.state_of(source.rank)}: holds {source.m.size:,} moments, this rank's "
-                             f"optimizer state has {n:,}")
-        expected = window(resume.step, 0, d.rank, self.M, d.world)
-        if own.info["data"]["next_window"] != expected:
-            raise TrainError(f"{resume.state_of(d.rank)}: its next data window is {own.info['data']['next_window']}, "
-                             f"this trainer would take {expected}")
-        self.backend.upload("m", source.m)
-        self.backend.upload("v", source.v)
-        rng.bit_generator.state = own.info["rng"]["sample"]
+        the model file). The moments are this rank's shard however many GPUs wrote them (and with
+        or without ZeRO-1); the sampling RNG is rank 0's, the one rank that samples."""
+        lo, hi = self.program.shard
+        m, v = resume.moments(lo, hi, self.program.num_params)
+        self.backend.upload("m", m)
+        self.backend.upload("v", v)
+        rng.bit_generator.state = formats.read_state(resume.state_of(0), moments=False).info["rng"]["sample"]
+
+    def release(self) -> None:
+        """Destroy the CUDA graphs once the GPU is done with them: a graph that captured NCCL calls
+        holds the communicator, which cannot be finalized while it lives."""
+        self.stream.synchronize()
+        for g in [*self.graphs.values(), self.eval_graph, self.forward_graph]:
+            if g is not None:
+                g.destroy()
+        self.graphs, self.eval_graph, self.forward_graph = {}, None, None
 
 
 class LlmcLog:
@@ -324,14 +301,15 @@ class SilentUI:
         return lambda *args, **kwargs: None
 
 
-def run_rows(run: Run, source: str, train_data: Batches, val_data: Batches | None) -> list[tuple[str, object]]:
+def run_rows(run: Run, source: str) -> list[tuple[str, object]]:
     """The run's parameters, as `workbench train` shows them before it starts."""
     o = run.opts
     schedule = o.lr_schedule + (f", warm-up {o.warmup}" if o.warmup else "") + (
         f", to {o.final_lr_frac:g} x lr" if o.lr_schedule != "constant" else "") + (
         f" over the last {o.decay_frac:g} of the steps" if o.lr_schedule == "wsd" else "")
-    return [("train tokens (-i)", f"{o.train_tokens} ({train_data.tokens.size:,} tokens)"),
-            ("val tokens (-j)", f"{o.val_tokens}" + (f" ({val_data.tokens.size:,} tokens)" if val_data else " (off)")),
+    train_data, val_data = run.train_data, run.val_data
+    return [("train tokens (-i)", train_data.shards.describe()),
+            ("val tokens (-j)", val_data.shards.describe() if val_data else f"{o.val_tokens} (off)"),
             ("log (-o)", o.log or "-"), ("batch size (-b)", o.batch), ("sequence length (-t)", o.seq),
             ("total batch", f"{run.total_batch:,} tokens = {o.batch}*{o.seq} x {run.micro_steps} micro-steps x "
                             f"{run.launch.world} GPU(s)"),
@@ -340,7 +318,7 @@ def run_rows(run: Run, source: str, train_data: Batches, val_data: Batches | Non
                           f"(2-D weights), grad clip {o.grad_clip:g}" + (" (off)" if not o.grad_clip else "")),
             ("val every (-v)", o.val_every), ("val batches (-m)", o.val_batches),
             ("sample every (-s)", o.sample_every), ("generate (-g)", o.gen_tokens), ("init", source),
-            ("steps", f"{run.steps} ({train_data.per_epoch // (run.micro_steps * run.launch.world)} per epoch)"
+            ("steps", f"{run.steps} ({train_data.per_epoch} per epoch)"
                       + (f", resumed at {run.resume.step}" if run.resume else "")),
             ("attention", o.attention),
             ("checkpoints", f"every {o.checkpoint_every} steps into {o.checkpoint_dir}/"
@@ -385,9 +363,10 @@ def train(run: Run, ui, dist) -> dict:
         source = f"{run.resume.model} (step {run.resume.step})"
     else:
         config, params, source = load_model(o.init, o.seed)
-    train_data = Batches(o.train_tokens, o.batch, o.seq)
-    val_data = Batches(o.val_tokens, o.batch, o.seq) if o.val_every > 0 else None
-    ui.run_table(run_rows(run, source, train_data, val_data))
+    train_data, val_data = run.train_data, run.val_data
+    ui.run_table(run_rows(run, source))
+    for note in run.notes:
+        ui.note(note)
     ui.model_table(config)
     trainer = Trainer(run, config, params, dist)
     rng = np.random.default_rng(SAMPLE_SEED)
@@ -409,9 +388,17 @@ def train(run: Run, ui, dist) -> dict:
                "checkpoints": [], "world": dist.world, "micro_steps": run.micro_steps, "total_batch": tokens_per_step}
     interrupted = {"flag": False}
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
+        """Ctrl-C, or SIGTERM (a scheduler's stop; mpirun's, when it is interrupted): finish the
+        step, checkpoint (with --checkpoint-every), stop. A second one stops at once."""
+        if interrupted["flag"]:
+            sys.stderr.write(f"error: rank {dist.rank}: {signal.Signals(signum).name} again: stopping now, "
+                             "without a checkpoint\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
         interrupted["flag"] = True
-    old = signal.signal(signal.SIGINT, on_sigint)
+        dist.stop_requested()
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     last_finite, stop, halted, failed, checkpointed = None, False, False, True, start
     try:
         for step in range(start, total + 1):
@@ -459,14 +446,15 @@ def train(run: Run, ui, dist) -> dict:
             log.write(step + 1, "trl", loss)
             if o.checkpoint_every and (step + 1) % o.checkpoint_every == 0:
                 checkpointed = _checkpoint(trainer, run, step + 1, rng, dist, ui, summary)
+        if o.checkpoint_every and checkpointed < summary["steps"]:  # a stop, or the end of the run
+            _checkpoint(trainer, run, summary["steps"], rng, dist, ui, summary)
         if halted:
-            if o.checkpoint_every and checkpointed < summary["steps"]:
-                _checkpoint(trainer, run, summary["steps"], rng, dist, ui, summary)
             summary["stopped"] = f"interrupted after step {summary['steps']}"
             ui.note(summary["stopped"])
         failed = False
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
         log.close()
         if o.save and dist.is_root and not failed:
             path = trainer.save(o.save)
@@ -476,6 +464,8 @@ def train(run: Run, ui, dist) -> dict:
                        graph_nodes={GRAPH_NAMES[kind]: g.nodes for kind, g in trainer.graphs.items()})
         if o.json and dist.is_root:
             formats.atomic_write(o.json, [json.dumps(summary, indent=1, default=str).encode() + b"\n"])
+        if not failed:  # after a failure the GPU may be stuck on a dead peer: the process just ends
+            trainer.release()
     ui.summary(summary)
     return summary
 
