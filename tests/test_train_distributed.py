@@ -204,3 +204,10 @@ def test_a_finalize_that_never_returns_is_left_behind_with_a_warning(monkeypatch
     assert rank.close() is False
     stuck.set()
     assert "did not close within 0.1 s" in capsys.readouterr().err
+
+
+def test_the_processes_per_host_come_from_the_launcher_where_it_says():
+    env = {"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    assert launch_from_env(env).local_size == 4
+    assert launch_from_env({"PMI_SIZE": "2", "PMI_RANK": "1"}).local_size is None

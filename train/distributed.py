@@ -44,11 +44,12 @@ import numpy as np
 from .errors import TrainError
 from .model import AllGather, AllReduce, Join, Reduce, Slice
 
-# (size, rank, local rank) as each launcher family sets them in its processes' environment.
+# (size, rank, local rank, processes on this host) as each launcher family sets them in its
+# processes' environment.
 LAUNCHERS = (
-    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),  # Open MPI
-    ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID"),                                    # MPICH, Intel MPI (Hydra)
-    ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK"),     # MVAPICH2
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),                 # MPICH, Intel MPI (Hydra)
+    ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"),
 )
 POLL_S = 1e-4          # host polling interval while waiting for the GPU or MPI
 CHECK_S = 0.05         # how often NCCL's asynchronous error is read while waiting
@@ -66,22 +67,24 @@ class Launch:
     rank: int = 0
     local_rank: int = 0
     launcher: str | None = None
+    local_size: int | None = None  # processes on this host, where the launcher says
 
 
 def launch_from_env(env=None) -> Launch:
     env = os.environ if env is None else env
-    for size_var, rank_var, local_var in LAUNCHERS:
+    for size_var, rank_var, local_var, local_size_var in LAUNCHERS:
         if size_var not in env:
             continue
         try:
             world, rank = int(env[size_var]), int(env.get(rank_var, "0"))
             local = int(env.get(local_var, rank))
+            local_size = int(env[local_size_var]) if local_size_var in env else None
         except ValueError:
             raise TrainError(f"MPI environment: {size_var}={env[size_var]!r} {rank_var}={env.get(rank_var)!r} "
                              f"are not integers") from None
         if world < 1 or not 0 <= rank < world:
             raise TrainError(f"MPI environment: rank {rank} of {world} ({rank_var}, {size_var}) is impossible")
-        return Launch(world, rank, local, size_var)
+        return Launch(world, rank, local, size_var, local_size)
     return Launch()
 
 
@@ -135,7 +138,7 @@ class MPIWorld:
             raise TrainError(f"MPI says rank {self.rank} of {self.world}, the environment ({launch.launcher}) "
                              f"rank {launch.rank} of {launch.world}: mpi4py is built against another MPI than mpirun's")
         self.is_root = self.rank == 0
-        self.local_rank = launch.local_rank
+        self.local_rank, self.local_size = launch.local_rank, launch.local_size
         self.timeout = comm_timeout
         self.nccl = self.nccl_comm = None
         self._event = None
@@ -153,6 +156,9 @@ class MPIWorld:
         count = drv.Device.count()
         if count == 0:
             raise TrainError(f"rank {self.rank}: no CUDA device")
+        if count > 1 and self.local_size and self.local_size > count:  # (one visible GPU each: the launcher bound them)
+            raise TrainError(f"{self.local_size} processes on this host share its {count} GPUs: run one process per "
+                             f"GPU (mpirun -np N with N <= GPUs per host, or --map-by ppr:{count}:node across hosts)")
         self.device = self.local_rank % count
         os.environ["CUDA_DEVICE"] = str(self.device)
 
