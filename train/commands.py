@@ -8,6 +8,7 @@ work, each failure one line naming the option.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -156,11 +157,15 @@ class OneLineErrors(click.Command):
 
 
 SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
+INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C or SIGTERM (after its checkpoint), as a shell's
 
 
 @click.command(cls=OneLineErrors)
-@click.option("-i", "--train-tokens", default="data/tiny_shakespeare_train.bin", show_default=True, help="Training token file.")
-@click.option("-j", "--val-tokens", default="data/tiny_shakespeare_val.bin", show_default=True, help="Validation token file.")
+@click.option("-i", "--train-tokens", default="data/tiny_shakespeare_train.bin", show_default=True,
+              help="Training tokens: a token file, or a quoted glob of shards walked in sorted order "
+                   "(e.g. 'data/fineweb_train_*.bin'; each shard at least one global batch + 1 tokens).")
+@click.option("-j", "--val-tokens", default="data/tiny_shakespeare_val.bin", show_default=True,
+              help="Validation tokens: a token file or a quoted glob of shards.")
 @click.option("-o", "--log", help="Log file: step, train loss, val loss (llm.c format; appended to on --resume).")
 @click.option("-b", "--batch-size", "batch", type=SIZE, default=4, show_default=True, help="Batch size B (per GPU, per micro-step).")
 @click.option("-t", "--seq-len", "seq", type=SIZE, default=1024, show_default=True, help="Sequence length T.")
@@ -206,7 +211,10 @@ SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
 @click.option("--keep", type=COUNT, default=0, show_default=True, help="Keep only the newest K checkpoints (0: all).")
 @click.option("--resume", metavar="PATH|latest",
               help="Continue a run from a checkpoint (latest: the newest in --checkpoint-dir; or a folder, or its "
-                   "model_*.bin): same data, learning rates, optimizer state and sampling as without the stop.")
+                   "model_*.bin): same data, learning rates, optimizer state and sampling as without the stop, on any "
+                   "number of GPUs (same --total-batch). latest also starts the run when no checkpoint exists yet and "
+                   "exits 0 when the run is already complete, so `until workbench train ... --checkpoint-every N "
+                   "--resume latest; do sleep 1; done` finishes a run that keeps being killed.")
 @click.option("--deterministic", is_flag=True,
               help="Bit-identical runs: families promoted with float atomics run their promoted deterministic stand-in.")
 @click.option("--zero", type=click.IntRange(0, 1), default=0, show_default=True,
@@ -215,8 +223,9 @@ SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
 @click.option("--comm-timeout", type=Finite(min=1), default=60.0, show_default=True,
               help="Under mpirun: seconds a rank waits for the others before it stops every rank.")
 def train(json_path, **kw):
-    """Train GPT-2 (fp32) with the promoted kernels, one CUDA graph per step. Under
-    `mpirun -np N` each process drives one GPU.
+    """Train GPT-2 (fp32 or bf16) with the promoted kernels, one CUDA graph per step. Under
+    `mpirun -np N` each process drives one GPU (its local rank's). Ctrl-C or SIGTERM: the run
+    finishes its step, checkpoints (with --checkpoint-every) and exits with status 130.
 
     \b
     workbench prepro tinyshakespeare      once: writes data/tiny_shakespeare_{train,val}.bin
@@ -224,23 +233,34 @@ def train(json_path, **kw):
     workbench train -b 8 --steps 50 --save out/model.bin
     workbench train --steps 5000 --checkpoint-every 500 --keep 2     then, after a stop: --resume latest
     mpirun -np 8 workbench train -b 16 --total-batch 524288 --zero 1
+    workbench train -i 'data/text_train_*.bin' -j 'data/text_val_*.bin'     shards from `prepro text`
     """
     from workbench.bench import require_pycuda
 
     from .distributed import connect, launch_from_env
-    from .options import TrainOptions, prepare
+    from .options import RunComplete, TrainOptions, prepare
     from .trainer import SilentUI, train as run_training
     ctx = click.get_current_context()
     given = {ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT}
     explicit = frozenset(name for name in kw if ctx.get_parameter_source(name) in given)
     launch = launch_from_env()
-    run = prepare(TrainOptions(**kw, json=json_path, explicit=explicit), launch)  # every check, before any GPU work
+    try:
+        run = prepare(TrainOptions(**kw, json=json_path, explicit=explicit), launch)  # every check, before any GPU work
+    except RunComplete as done:
+        if launch.rank == 0:
+            console.print(f"[green]{escape(str(done))}[/]")
+        return
     require_pycuda()
     dist = connect(launch, run.opts.comm_timeout)
     summary = run_training(run, report.TrainUI(console) if dist.is_root else SilentUI(), dist)
-    dist.close()
-    if summary.get("stopped") and not summary["stopped"].startswith("interrupted"):
-        sys.exit(1)
+    closed = dist.close()
+    stopped = summary.get("stopped")
+    code = 0 if not stopped else INTERRUPTED if stopped.startswith("interrupted") else 1
+    if not closed:  # NCCL's threads may hold the interpreter's exit: leave without them
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 # -- prepro: the trainer's inputs in llm.c's file formats (no GPU needed) -------------------------
@@ -297,6 +317,72 @@ def prepro_gpt2_cmd(out_dir, model_name, tokens_path, force):
     for note in written.notes:
         err_console.print(f"[yellow]{escape(note)}[/]")
     console.print(report.written_table(written.files))
+
+
+from .prepro import MIN_SHARD_TOKENS, TEXT_SHARD_TOKENS  # noqa: E402  (the text command's defaults)
+
+
+@prepro.command("text", cls=OneLineErrors)
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", default="data", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the shards and gpt2_tokenizer.bin.")
+@click.option("--name", default="text", show_default=True, help="The shards' name: letters, digits, _ and - only.")
+@click.option("--shard-size", type=click.IntRange(MIN_SHARD_TOKENS, 2**31 - 1), default=TEXT_SHARD_TOKENS,
+              show_default=True, metavar="TOKENS", help="Tokens per shard (every shard but the last of each split).")
+@click.option("--val-tokens", type=click.IntRange(min=1), metavar="N",
+              help="The first N tokens are the validation split [default: 10% of all tokens, rounded down].")
+@click.option("--force", is_flag=True, help="Replace NAME's existing shards (removing those this run does not "
+                                            "write) and a gpt2_tokenizer.bin that differs.")
+def prepro_text_cmd(files, out_dir, name, shard_size, val_tokens, force):
+    """Tokenize your own UTF-8 text files with GPT-2's BPE into llm.c token shards (version 1,
+    uint16) for `workbench train`.
+
+    Each FILE is one document: <|endoftext|>, then its text's tokens; the documents follow one
+    another in the order given. The stream's first --val-tokens tokens (default: 10%) are the
+    validation split, the rest the training split, each cut into shards of --shard-size tokens
+    (the last of each split holds what is left):
+
+    \b
+      OUT/NAME_val_000000.bin, OUT/NAME_val_000001.bin, ...
+      OUT/NAME_train_000000.bin, OUT/NAME_train_000001.bin, ...
+      OUT/gpt2_tokenizer.bin    the trainer decodes its samples with it
+
+    Files are read a few MB at a time and each shard is written once it is full, so the corpus
+    need not fit in memory; the shards appear only once all are written. Existing shards of NAME
+    are replaced only with --force.
+
+    \b
+    workbench prepro text notes/*.txt --name notes --shard-size 10000000
+    workbench train -i 'data/notes_train_*.bin' -j 'data/notes_val_*.bin'
+    """
+    import shlex
+
+    from rich.progress import TimeRemainingColumn
+
+    from . import prepro as pp
+    from .options import writable_folder
+    writable_folder(out_dir, "--out", create=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=err_console, transient=True) as progress:
+        task = None
+
+        def on_progress(done, total):
+            nonlocal task
+            if task is None:
+                task = progress.add_task("tokenizing", total=total)
+            progress.update(task, completed=done, total=total)
+        written = pp.prepro_text(files, out_dir, name, shard_size, val_tokens, on_progress, force)
+    for note in written.notes:
+        err_console.print(f"[yellow]{escape(note)}[/]")
+    console.print(report.written_table(written.files))
+
+    def count(n, what):
+        return f"{n:,} {what}{'' if n == 1 else 's'}"
+    tokens, shards, globs = written.tokens, written.shards, written.globs
+    console.print(escape(f"{count(tokens['train'], 'training token')} in {count(shards['train'], 'shard')}, "
+                         f"{count(tokens['val'], 'validation token')} in {count(shards['val'], 'shard')}: "
+                         f"workbench train -i {shlex.quote(globs['train'])} -j {shlex.quote(globs['val'])}"),
+                  soft_wrap=True)
 
 
 commands = [promote, promoted, train, prepro]
