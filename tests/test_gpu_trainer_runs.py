@@ -276,6 +276,7 @@ def test_sigint_to_mpirun_checkpoints_every_rank_and_exits_non_zero(tmp_path, da
     assert code != 0 and step is not None and step >= 3, text[-3000:]
     assert checkpoint.find("latest", folder).step == step  # every rank's state and the model: complete
     assert f"interrupted after step {step}" in text
+    print("the sigkill-timeout note shown:", "odls_base_sigkill_timeout 30 ...` gives" in text)
 
 
 def test_a_dead_rank_stops_the_others_within_seconds(tmp_path, data):

@@ -211,3 +211,30 @@ def test_the_processes_per_host_come_from_the_launcher_where_it_says():
            "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
     assert launch_from_env(env).local_size == 4
     assert launch_from_env({"PMI_SIZE": "2", "PMI_RANK": "1"}).local_size is None
+
+
+def test_detached_output_never_blocks_and_keeps_the_order():
+    """mpirun stops reading a rank's output while it ends the job: print() must still return."""
+    import threading
+    from train.distributed import DetachedOutput
+
+    class Stuck:
+        def __init__(self):
+            self.go, self.text = threading.Event(), []
+
+        def write(self, text):
+            self.go.wait(30)
+            self.text.append(text)
+
+        def flush(self):
+            pass
+
+    real = Stuck()
+    out = DetachedOutput(real)
+    for i in range(1000):
+        print(f"step {i}", file=out)  # returns at once although the stream blocks
+    out.flush()
+    assert out.drain(0.05) is False
+    real.go.set()
+    assert out.drain(10) is True
+    assert "".join(real.text) == "".join(f"step {i}\n" for i in range(1000))

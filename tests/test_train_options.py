@@ -251,6 +251,10 @@ def test_resume_latest_starts_fresh_then_resumes_then_says_the_run_is_complete(d
     write_checkpoint_of(fresh, folder, 6)
     with pytest.raises(RunComplete, match="the run is complete: .* step 6 of 6"):
         prepare(options(data, resume="latest", checkpoint_dir=str(folder)), Launch())
+    with pytest.raises(RunComplete):  # the loop's own command line, --steps 6 and all
+        prepare(options(data, **loop, explicit=frozenset({"resume", "checkpoint_every", "steps"})), Launch())
+    with pytest.raises(TrainError, match="'--steps': the checkpoint is at step 6 of 5"):
+        prepare(options(data, **{**loop, "steps": 5}, explicit=frozenset({"resume", "steps"})), Launch())
 
 
 def test_the_retry_loop_on_the_command_line_exits_0_once_complete(data, tmp_path):

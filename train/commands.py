@@ -237,7 +237,7 @@ def train(json_path, **kw):
     """
     from workbench.bench import require_pycuda
 
-    from .distributed import connect, launch_from_env
+    from .distributed import DRAIN_S, connect, drain_output, launch_from_env
     from .options import RunComplete, TrainOptions, prepare
     from .trainer import SilentUI, train as run_training
     ctx = click.get_current_context()
@@ -259,6 +259,7 @@ def train(json_path, **kw):
     if not closed:  # NCCL's threads may hold the interpreter's exit: leave without them
         sys.stdout.flush()
         sys.stderr.flush()
+        drain_output(DRAIN_S)
         os._exit(code)
     sys.exit(code)
 

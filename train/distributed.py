@@ -22,6 +22,10 @@ One process per GPU. Whether we run under MPI is read from the environment the l
   rank) asks the ranks to stop after the step they agree on, checkpoint and exit non-zero; a wait
   that then lasts over STOP_GRACE_S (a peer is gone: mpirun also sends SIGTERM when a rank dies)
   ends the rank with one line. During set-up SIGTERM ends the rank at once, with one line;
+* output: a rank's stdout and stderr are pipes that mpirun drains, and mpirun stops draining while
+  it ends a job (it sleeps between its SIGCONT, SIGTERM and SIGKILL): a rank that printed then
+  would block in print() and could neither finish its step nor checkpoint. Under MPI both streams
+  are `DetachedOutput`: writes go to a queue that a thread copies out, and never block;
 * the end: the trainer first destroys its CUDA graphs (a graph that captured NCCL calls keeps the
   communicator alive, and ncclCommFinalize would wait for it forever), then every rank meets at a
   barrier and finalizes the communicator under a deadline (CLOSE_S).
@@ -31,7 +35,10 @@ One process per GPU. Whether we run under MPI is read from the environment the l
 
 from __future__ import annotations
 
+import atexit
+import io
 import os
+import queue
 import signal
 import sys
 import threading
@@ -57,6 +64,7 @@ PHASES = 30            # rank 0's host-only phases (validation, sampling, saving
 SETUP_S = 1800.0       # compiling kernels and joining NCCL (first run: nvcc) may take this long
 STOP_GRACE_S = 10.0    # after a stop was asked for, a step's wait may take this long before the rank gives up
 CLOSE_S = 10.0         # finalizing the NCCL communicator at the end may take this long
+DRAIN_S = 5.0          # at exit, what a rank printed may take this long to reach mpirun
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,73 @@ class Local:
         return True
 
 
+class DetachedOutput(io.TextIOBase):
+    """A text stream whose writes never block the caller: a daemon thread copies them, in order,
+    to the stream it replaces (see the module docstring). drain() waits, a bounded time, for what
+    is queued to be written (at exit, and before a rank ends itself)."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = threading.Event()
+        self.idle.set()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", "utf-8")
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def write(self, text: str) -> int:
+        self.idle.clear()
+        self.queue.put(text)
+        return len(text)
+
+    def flush(self) -> None:
+        """Never waits (rich flushes after every print); drain() does."""
+
+    def drain(self, timeout: float) -> bool:
+        return self.idle.wait(timeout)
+
+    def _pump(self) -> None:
+        while True:
+            text = self.queue.get()
+            try:
+                self.stream.write(text)
+                if self.queue.empty():
+                    self.stream.flush()
+            except (OSError, ValueError):  # the reader is gone: nothing more can be shown
+                pass
+            if self.queue.empty():
+                self.idle.set()
+
+
+def detach_output() -> None:
+    """Make sys.stdout and sys.stderr DetachedOutput (once), drained for up to DRAIN_S at exit."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, DetachedOutput):
+            detached = DetachedOutput(stream)
+            setattr(sys, name, detached)
+            atexit.register(detached.drain, DRAIN_S)
+
+
+def drain_output(timeout: float = 1.0) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, DetachedOutput):
+            stream.drain(timeout)
+
+
 class MPIWorld:
     """This process as rank `rank` of `world` under mpirun (see the module docstring)."""
 
@@ -143,6 +218,7 @@ class MPIWorld:
         self.nccl = self.nccl_comm = None
         self._event = None
         self._stop_at: float | None = None
+        detach_output()
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     # -- the GPU -------------------------------------------------------------------------------
@@ -240,7 +316,7 @@ class MPIWorld:
     def fail(self, message: str) -> None:
         """One line, then abort the communicator and the MPI job (every rank ends)."""
         sys.stderr.write(f"error: rank {self.rank}: {message}\n")
-        sys.stderr.flush()
+        drain_output()
         if self.nccl_comm is not None:  # ncclCommAbort may itself wait on a dead peer: not for long
             t = threading.Thread(target=self.nccl.comm_abort, args=(self.nccl_comm,), daemon=True)
             t.start()
@@ -253,7 +329,7 @@ class MPIWorld:
     def _on_sigterm(self, signum, frame) -> None:
         sys.stderr.write(f"error: rank {self.rank}: stopped by SIGTERM (mpirun ends every rank when one fails; "
                          f"see the first rank's error)\n")
-        sys.stderr.flush()
+        drain_output()
         os._exit(1)
 
     def close(self) -> bool:
@@ -278,7 +354,6 @@ class MPIWorld:
         if closer.is_alive():
             sys.stderr.write(f"warning: rank {self.rank}: NCCL's communicator did not close within {CLOSE_S:g} s; "
                              "exiting without it\n")
-            sys.stderr.flush()
             return False
         return True
 

@@ -153,7 +153,7 @@ def prepare(opts: TrainOptions, launch: Launch) -> Run:
     if resume is not None:
         check_position(resume, train_data)
         if resume.step >= steps:
-            if opts.resume == "latest" and "steps" not in opts.explicit:
+            if opts.resume == "latest" and (resume.step == steps or "steps" not in opts.explicit):
                 raise RunComplete(f"the run is complete: {opts.checkpoint_dir}/ holds its checkpoint of step "
                                   f"{resume.step} of {steps} (give a larger --steps to train on)")
             raise bad_option("--steps", f"the checkpoint is at step {resume.step} of {steps}: nothing left to train "

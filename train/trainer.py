@@ -36,6 +36,7 @@ from workbench.timing import matmul_peak
 
 from . import checkpoint, formats
 from .data import TrainData, ValData, window
+from .distributed import drain_output
 from .config import EOT, GPT2Config, PRESETS, preset
 from .errors import TrainError
 from .model import Program, flops_per_token
@@ -352,6 +353,10 @@ def _notes(trainer: Trainer, run: Run, ui) -> None:
                 f"version {trainer.promoted.manifest[family]['version']}")
     if run.resume:
         ui.note(f"resuming {run.resume.model} at step {run.resume.step}")
+    grace = os.environ.get("OMPI_MCA_odls_base_sigkill_timeout")
+    if run.launch.launcher == "OMPI_COMM_WORLD_SIZE" and run.opts.checkpoint_every and not (grace or "").isdigit():
+        ui.note("mpirun, interrupted, sends its ranks SIGTERM and SIGKILL 1 s later: too soon to checkpoint; "
+                "`mpirun --mca odls_base_sigkill_timeout 30 ...` gives them the time")
 
 
 def train(run: Run, ui, dist) -> dict:
@@ -394,7 +399,7 @@ def train(run: Run, ui, dist) -> dict:
         if interrupted["flag"]:
             sys.stderr.write(f"error: rank {dist.rank}: {signal.Signals(signum).name} again: stopping now, "
                              "without a checkpoint\n")
-            sys.stderr.flush()
+            drain_output()
             os._exit(128 + signum)
         interrupted["flag"] = True
         dist.stop_requested()
