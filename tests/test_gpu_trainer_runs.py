@@ -271,12 +271,15 @@ def test_sigint_to_mpirun_checkpoints_every_rank_and_exits_non_zero(tmp_path, da
     took = time.monotonic() - sent
     text = "".join(out)
     print(f"\nexit {code} {took:.1f} s after SIGINT to mpirun:\n{text[-1500:]}")
-    from train import checkpoint
+    from train import checkpoint, formats
     step = checkpoint.read_latest(folder)
     assert code != 0 and step is not None and step >= 3, text[-3000:]
     assert checkpoint.find("latest", folder).step == step  # every rank's state and the model: complete
-    assert f"interrupted after step {step}" in text
-    print("the sigkill-timeout note shown:", "odls_base_sigkill_timeout 30 ...` gives" in text)
+    # (what the ranks print after the SIGINT never shows: mpirun stops forwarding output while it ends
+    # the job, which is why a rank's output must not block: DetachedOutput)
+    state = formats.read_state(checkpoint.state_path(folder, step, 1), moments=False)
+    assert (state.step, state.world, state.zero) == (step, 2, 1)
+    assert "gives them the time" not in text  # mpirun passed its --mca setting on to the ranks
 
 
 def test_a_dead_rank_stops_the_others_within_seconds(tmp_path, data):

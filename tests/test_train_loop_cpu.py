@@ -264,3 +264,20 @@ def test_a_prepared_step_uploads_what_a_step_loaded_on_the_spot_does(host_gpu, d
     want = expected_inputs(data["train_tokens"], 4, 8, config.channels, steps, 3)
     assert_same_inputs(runs[0], want)
     assert_same_inputs(runs[1], want)
+
+
+@pytest.mark.parametrize("grace, shown", [(None, True), ("30", False)])
+def test_under_open_mpi_a_checkpointing_run_says_how_to_give_ranks_time_to_stop(monkeypatch, grace, shown):
+    """mpirun kills an interrupted job's ranks 1 s after its SIGTERM unless told otherwise."""
+    notes = []
+    ui = types.SimpleNamespace(note=notes.append)
+    program = types.SimpleNamespace(shard_elems=10, num_params=10, world=2, calls=[])
+    t = types.SimpleNamespace(program=program, promoted=Promoted())
+    run_ = types.SimpleNamespace(opts=TrainOptions(checkpoint_every=5), resume=None,
+                                 launch=Launch(world=2, rank=0, launcher="OMPI_COMM_WORLD_SIZE"))
+    if grace is None:
+        monkeypatch.delenv("OMPI_MCA_odls_base_sigkill_timeout", raising=False)
+    else:
+        monkeypatch.setenv("OMPI_MCA_odls_base_sigkill_timeout", grace)
+    trainer._notes(t, run_, ui)
+    assert any("odls_base_sigkill_timeout 30" in n for n in notes) == shown
