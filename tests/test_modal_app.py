@@ -30,7 +30,8 @@ def no_modal_credentials(monkeypatch, tmp_path):
 # -- the definitions ---------------------------------------------------------------------------
 def test_the_module_imports_without_credentials():
     r = subprocess.run([sys.executable, "-c", "import modal_app; print(modal_app.app.name)"], cwd=ROOT,
-                       capture_output=True, text=True, env={**_env(), "MODAL_CONFIG_PATH": "/nonexistent.toml"})
+                       capture_output=True, text=True, timeout=120,
+                       env={**_env(), "MODAL_CONFIG_PATH": "/nonexistent.toml"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "workbench"
 
@@ -256,7 +257,7 @@ def test_modal_run_without_a_token_prints_the_setup_not_a_traceback(tmp_path):
 
 
 def test_python_modal_app_without_a_token_prints_the_setup(tmp_path):
-    r = subprocess.run([sys.executable, "modal_app.py"], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "modal_app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**_env(), "MODAL_CONFIG_PATH": str(tmp_path / "none.toml")})
     assert r.returncode == 1
     assert "modal token new" in r.stderr and "Traceback" not in r.stderr
@@ -268,10 +269,11 @@ def test_without_modal_the_file_imports_and_says_how_to_install_it(tmp_path):
     blocker.write_text("raise ImportError('No module named modal')\n")
     env = {**_env(), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
     r = subprocess.run([sys.executable, "-c", "import modal_app; print(modal_app.modal, modal_app.plan(''))"],
-                       cwd=ROOT, capture_output=True, text=True, env=env)
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert "None (['bench', '--all'], 'results.json')" in r.stdout
-    r = subprocess.run([sys.executable, "modal_app.py"], cwd=ROOT, capture_output=True, text=True, env=env)
+    r = subprocess.run([sys.executable, "modal_app.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env=env)
     assert r.returncode == 1
     assert "Modal is not installed" in r.stderr and "pip install modal" in r.stderr and "Traceback" not in r.stderr
 

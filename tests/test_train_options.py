@@ -71,8 +71,18 @@ def test_valid_options_get_past_every_check_to_the_gpu(data, tmp_path):
                     "--json", tmp_path / "j" / "s.json", "--checkpoint-every", "1", "--checkpoint-dir", tmp_path / "ck",
                     "--total-batch", "256", "--lr-schedule", "wsd", "--decay-frac", "0.5", "--final-lr-frac", "0.1")
     assert result.exit_code == 3 and "PyCUDA is not installed" in result.output, result.output
-    for folder in ("a/b", "logs", "j", "ck"):  # output folders are made up front
-        assert (tmp_path / folder).is_dir()
+    for folder in ("a", "logs", "j", "ck"):  # made when the run writes there: a run that never starts leaves none
+        assert not (tmp_path / folder).exists()
+
+
+def test_an_existing_output_is_replaced_only_with_force_or_by_its_own_resumed_run(data, tmp_path):
+    for option in ("--save", "-o", "--json"):
+        mine = tmp_path / f"precious{option}"
+        mine.write_text("mine")
+        assert "exists: pass --force" in refused(invoke(*data, option, mine), option)
+        assert mine.read_text() == "mine"
+        if NO_PYCUDA:
+            assert "PyCUDA" in invoke(*data, option, mine, "--force").output
 
 
 @pytest.mark.parametrize("option", ["--save", "-o", "--json"])
@@ -244,7 +254,8 @@ def test_resume_latest_starts_fresh_then_resumes_then_says_the_run_is_complete(d
     folder = tmp_path / "loop"
     loop = dict(resume="latest", checkpoint_dir=str(folder), checkpoint_every=2, steps=6)
     fresh = prepare(options(data, **loop, explicit=frozenset({"resume", "checkpoint_every", "steps"})), Launch())
-    assert fresh.resume is None and "starting a fresh run" in fresh.notes[0]
+    assert fresh.resume is None and "starting a fresh run" in fresh.notes[0] and not folder.exists()
+    folder.mkdir()  # (the run makes it when it first checkpoints)
     write_checkpoint_of(fresh, folder, 2)
     again = prepare(options(data, **loop, explicit=frozenset({"resume", "checkpoint_every", "steps"})), Launch())
     assert again.resume.step == 2

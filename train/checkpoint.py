@@ -41,6 +41,7 @@ def save(folder: Path, step: int, state: formats.TrainState, dist, write_model, 
     """Write one checkpoint from every rank. `write_model(path)` is called on rank 0 only;
     `dist` gives rank, is_root and barrier(what) (train/distributed.py)."""
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     formats.write_state(state_path(folder, step, dist.rank), state)
     model = model_path(folder, step)
     if dist.is_root:

@@ -220,6 +220,8 @@ INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C or SIGTERM (afte
 @click.option("--zero", type=click.IntRange(0, 1), default=0, show_default=True,
               help="1: ZeRO-1, each GPU keeps and updates only its shard of the optimizer state.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the run's summary (the losses included) here.")
+@click.option("--force", is_flag=True, help="Replace an existing -o, --save or --json file (a resumed run may "
+                                            "replace its own without it).")
 @click.option("--comm-timeout", type=Finite(min=1), default=60.0, show_default=True,
               help="Under mpirun: seconds a rank waits for the others before it stops every rank.")
 def train(json_path, **kw):

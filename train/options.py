@@ -76,6 +76,7 @@ class TrainOptions:
     deterministic: bool = False
     zero: int = 0                 # 1: ZeRO-1, the optimizer state sharded over the GPUs
     json: str | None = None       # the run's summary (losses included), written at the end
+    force: bool = False           # replace an existing -o, --save or --json file
     comm_timeout: float = 60.0    # seconds a rank waits for the others before it stops the job
     explicit: frozenset = field(default_factory=frozenset)  # the options given on the command line
 
@@ -128,11 +129,15 @@ def prepare(opts: TrainOptions, launch: Launch) -> Run:
     if variant == "tf32" and not opts.tf32:
         raise bad_option("--attention", "flash at fp32 runs on TF32 tensor cores: it needs --tf32 "
                                         "(--attention softmax is the exact fp32 one)")
+    # Outputs: a file that exists is replaced only with --force, or by the run it belongs to (a
+    # resumed run appends to its log and rewrites its summary and model); missing folders are made
+    # when the first file is written, so a run refused here leaves nothing behind.
+    replace = opts.force or resume is not None
     for path, option in ((opts.log, "-o"), (opts.save, "--save"), (opts.json, "--json")):
         if path:
-            writable_file(Path(path), option)
+            writable_file(Path(path), option, replace)
     if opts.checkpoint_every > 0:
-        writable_folder(Path(opts.checkpoint_dir), "--checkpoint-dir")
+        writable_folder(Path(opts.checkpoint_dir), "--checkpoint-dir", create=False)
     config = model_config(opts.init if resume is None else str(resume.model), "--init" if resume is None else "--resume")
     B, T = opts.batch, opts.seq
     if T > config.max_seq_len:
@@ -267,9 +272,12 @@ def writable_folder(folder: Path, option: str, create: bool = True) -> None:
         raise bad_option(option, f"cannot write into {folder}: {e.strerror or e}") from None
 
 
-def writable_file(path: Path, option: str) -> None:
+def writable_file(path: Path, option: str, replace: bool = False) -> None:
+    """Prove `path` can be written without touching the disk; an existing file only with `replace`."""
     if path.is_dir():
         raise bad_option(option, f"{path} is a folder")
-    writable_folder(path.parent, option)
+    if path.exists() and not replace:
+        raise bad_option(option, f"{path} exists: pass --force to replace it")
+    writable_folder(path.parent, option, create=False)
     if path.exists() and not os.access(path, os.W_OK):
         raise bad_option(option, f"cannot write {path}: permission denied")

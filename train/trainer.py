@@ -239,6 +239,7 @@ class Trainer:
         return self.backend.download("params", elems=self.program.num_params)
 
     def save(self, path: str | Path) -> Path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         return formats.write_checkpoint(path, self.config, self.params_now())
 
     def holds_moments(self) -> bool:
@@ -283,6 +284,8 @@ class LlmcLog:
     appended to by a resumed run. No path: nothing is written."""
 
     def __init__(self, path: str | None, append: bool = False):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.file = open(path, "a" if append else "w") if path else None
 
     def write(self, step: int, kind: str, loss: float) -> None:
@@ -468,6 +471,7 @@ def train(run: Run, ui, dist) -> dict:
         summary.update(timing(trainer.records), peak_tflops=peak, peak_memory=trainer.backend.memory(),
                        graph_nodes={GRAPH_NAMES[kind]: g.nodes for kind, g in trainer.graphs.items()})
         if o.json and dist.is_root:
+            Path(o.json).parent.mkdir(parents=True, exist_ok=True)
             formats.atomic_write(o.json, [json.dumps(summary, indent=1, default=str).encode() + b"\n"])
         if not failed:  # after a failure the GPU may be stuck on a dead peer: the process just ends
             trainer.release()
