@@ -287,3 +287,17 @@ def test_a_resume_on_other_shards_is_refused(data, tmp_path):
     with pytest.raises(TrainError, match="'-i': the checkpoint's run reads step 5 from token 999 of train.bin; these "
                                          "shards put it at token 512 of train.bin"):
         prepare(options(data, resume="latest", checkpoint_dir=str(folder)), Launch())
+
+
+def test_the_command_line_is_made_from_the_one_description_of_the_options():
+    """Every TrainOptions field but `explicit` is one `workbench train` option with the field's
+    default; a resumed run's rules (KEPT, CARRIED) come from the same description."""
+    import dataclasses
+    from train.commands import train as command
+    from train.options import CARRIED, KEPT
+    params = {p.name: p for p in command.params}
+    fields = {f.name: f for f in dataclasses.fields(TrainOptions) if f.name != "explicit"}
+    assert set(params) == set(fields)
+    for name, f in fields.items():
+        assert params[name].default == f.default, name
+    assert KEPT["total_batch"] == "--total-batch" and "batch" in CARRIED and not set(KEPT) & set(CARRIED)

@@ -7,7 +7,6 @@ work, each failure one line naming the option.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from workbench.isolate import DEFAULT_TIMEOUT
 
 from .backends import KERNELS_DIR
 from .errors import OptionError
-from .schedule import SCHEDULES
+from .options import train_options
 
 
 def _trainer_sizes(family) -> list[dict[str, int]]:
@@ -123,28 +122,6 @@ def promoted():
 
 
 # -- train ----------------------------------------------------------------------------------------
-class Finite(click.FloatRange):
-    """A float in range that is also finite: nan and inf are refused (a range check lets nan by)."""
-
-    name = "finite float"
-
-    def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
-
-
-class StepCount(click.ParamType):
-    name = "steps"
-
-    def convert(self, value, param, ctx):
-        n = click.INT.convert(value, param, ctx)
-        if n != -1 and n < 1:
-            self.fail(f"{n} is not >= 1 (or -1, one epoch)", param, ctx)
-        return n
-
-
 class OneLineErrors(click.Command):
     """A bad option is one line naming it (as the workbench prints every error), not click's usage
     block: the group prints this OptionError and exits with status 2."""
@@ -156,75 +133,12 @@ class OneLineErrors(click.Command):
             raise OptionError(e.format_message()) from None
 
 
-SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
 INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C or SIGTERM (after its checkpoint), as a shell's
 
 
 @click.command(cls=OneLineErrors)
-@click.option("-i", "--train-tokens", default="data/tiny_shakespeare_train.bin", show_default=True,
-              help="Training tokens: a token file, or a quoted glob of shards walked in sorted order "
-                   "(e.g. 'data/fineweb_train_*.bin'; each shard at least one global batch + 1 tokens).")
-@click.option("-j", "--val-tokens", default="data/tiny_shakespeare_val.bin", show_default=True,
-              help="Validation tokens: a token file or a quoted glob of shards.")
-@click.option("-o", "--log", help="Log file: step, train loss, val loss (llm.c format; appended to on --resume).")
-@click.option("-b", "--batch-size", "batch", type=SIZE, default=4, show_default=True, help="Batch size B (per GPU, per micro-step).")
-@click.option("-t", "--seq-len", "seq", type=SIZE, default=1024, show_default=True, help="Sequence length T.")
-@click.option("-l", "--lr", type=Finite(min=0), default=3e-4, show_default=True, help="Peak learning rate.")
-@click.option("-v", "--val-every", type=COUNT, default=20, show_default=True, help="Validation loss every N steps (0: never).")
-@click.option("-m", "--val-batches", type=SIZE, default=20, show_default=True, help="Validation batches (capped by the file).")
-@click.option("-s", "--sample-every", type=COUNT, default=20, show_default=True, help="Sample every N steps (0: never).")
-@click.option("-g", "--gen-tokens", type=SIZE, default=64, show_default=True, help="Tokens to generate per sample.")
-@click.option("--init", default="d12", show_default=True, help="Checkpoint (v3 fp32 / v5 bf16) or fresh model: d12, d24, d36, d48, tiny.")
-@click.option("--steps", type=StepCount(), default=-1, show_default=True,
-              help="Optimizer steps; -1: one epoch of the training file.")
-@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
-              help="bf16: bf16 activations, weights and gradients on the promoted bf16 kernels, fp32 master weights "
-                   "and optimizer state, logits' loss in fp32.")
-@click.option("--attention", type=click.Choice(["softmax", "flash", "cudnn", "relu"]),
-              help="softmax: the promoted attention at the precision (fp32: CUDA cores, exact); flash: our tensor-core "
-                   "flash attention (fp32: its TF32 variant); cudnn: cuDNN's (bf16); relu: ReLU attention (fp32: CUDA cores; bf16: tensor cores) "
-                   "[default: softmax at fp32, flash at bf16].")
-@click.option("--tf32/--no-tf32", default=True, show_default=True, help="TF32 tensor cores for the fp32 matmuls.")
-@click.option("--save", type=click.Path(dir_okay=False), help="Write a v3 checkpoint here at the end (and on Ctrl-C).")
-@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True, help="Seed of a fresh init.")
-@click.option("--lr-schedule", type=click.Choice(SCHEDULES), default="constant", show_default=True,
-              help="cosine / linear: decay to lr * --final-lr-frac at the last step; wsd: constant, then linear "
-                   "decay over the last --decay-frac of the steps. All start with --warmup.")
-@click.option("--warmup", type=COUNT, default=0, show_default=True, help="Linear learning-rate warm-up steps.")
-@click.option("--final-lr-frac", type=Finite(0, 1), default=0.0, show_default=True,
-              help="The decaying schedules end at lr * this.")
-@click.option("--decay-frac", type=Finite(0, 1, min_open=True), default=0.2, show_default=True,
-              help="wsd: the fraction of the steps the decay takes.")
-@click.option("--grad-clip", type=Finite(min=0), default=1.0, show_default=True,
-              help="Clip the gradient to this global norm (0: no clipping).")
-@click.option("--weight-decay", type=Finite(min=0), default=0.0, show_default=True,
-              help="AdamW's decoupled weight decay, on the 2-D weights only (wte, wpe, the four matmul weights).")
-@click.option("--beta1", type=Finite(0, 1, max_open=True), default=0.9, show_default=True)
-@click.option("--beta2", type=Finite(0, 1, max_open=True), default=0.999, show_default=True)
-@click.option("--eps", type=Finite(min=0, min_open=True), default=1e-8, show_default=True)
-@click.option("--total-batch", type=SIZE, help="Tokens per optimizer step: a multiple of B*T*GPUs, reached by "
-                                               "accumulating gradients over micro-steps [default: B*T*GPUs].")
-@click.option("--checkpoint-every", type=COUNT, default=0, show_default=True,
-              help="Write a checkpoint (model + optimizer state) every N steps, and on Ctrl-C (0: never).")
-@click.option("--checkpoint-dir", default="out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder of the checkpoints and of `latest`, their pointer.")
-@click.option("--keep", type=COUNT, default=0, show_default=True, help="Keep only the newest K checkpoints (0: all).")
-@click.option("--resume", metavar="PATH|latest",
-              help="Continue a run from a checkpoint (latest: the newest in --checkpoint-dir; or a folder, or its "
-                   "model_*.bin): same data, learning rates, optimizer state and sampling as without the stop, on any "
-                   "number of GPUs (same --total-batch). latest also starts the run when no checkpoint exists yet and "
-                   "exits 0 when the run is already complete, so `until workbench train ... --checkpoint-every N "
-                   "--resume latest; do sleep 1; done` finishes a run that keeps being killed.")
-@click.option("--deterministic", is_flag=True,
-              help="Bit-identical runs: families promoted with float atomics run their promoted deterministic stand-in.")
-@click.option("--zero", type=click.IntRange(0, 1), default=0, show_default=True,
-              help="1: ZeRO-1, each GPU keeps and updates only its shard of the optimizer state.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the run's summary (the losses included) here.")
-@click.option("--force", is_flag=True, help="Replace an existing -o, --save or --json file (a resumed run may "
-                                            "replace its own without it).")
-@click.option("--comm-timeout", type=Finite(min=1), default=60.0, show_default=True,
-              help="Under mpirun: seconds a rank waits for the others before it stops every rank.")
-def train(json_path, **kw):
+@train_options
+def train(**kw):
     """Train GPT-2 (fp32 or bf16) with the promoted kernels, one CUDA graph per step. Under
     `mpirun -np N` each process drives one GPU (its local rank's). Ctrl-C or SIGTERM: the run
     finishes its step, checkpoints (with --checkpoint-every) and exits with status 130.
@@ -247,7 +161,7 @@ def train(json_path, **kw):
     explicit = frozenset(name for name in kw if ctx.get_parameter_source(name) in given)
     launch = launch_from_env()
     try:
-        run = prepare(TrainOptions(**kw, json=json_path, explicit=explicit), launch)  # every check, before any GPU work
+        run = prepare(TrainOptions(**kw, explicit=explicit), launch)  # every check, before any GPU work
     except RunComplete as done:
         if launch.rank == 0:
             console.print(f"[green]{escape(str(done))}[/]")

@@ -10,11 +10,14 @@ raised before PyCUDA is imported: a mistyped option never costs a GPU set-up, no
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from glob import has_magic as glob_has_magic
 import tempfile
 from dataclasses import dataclass, field
+from glob import has_magic as glob_has_magic
 from pathlib import Path
+
+import click
 
 from . import checkpoint, formats
 from .config import GPT2Config, PRESETS
@@ -22,63 +25,160 @@ from .data import Shards, TrainData, ValData
 from .distributed import Launch
 from .errors import OptionError, TrainError, bad_option
 from .model import attention_variant
-from .schedule import Schedule
+from .schedule import SCHEDULES, Schedule
 
 DATA_DIR = Path("data")
 
-# What a resumed run keeps from its checkpoint (with the flag that sets it): an option given
-# explicitly with another value is refused; --steps alone may change (a longer run).
-KEPT = {"seq": "--seq-len", "total_batch": "--total-batch",
-        "attention": "--attention", "precision": "--precision", "tf32": "--tf32", "lr": "--lr", "lr_schedule": "--lr-schedule",
-        "warmup": "--warmup", "final_lr_frac": "--final-lr-frac", "decay_frac": "--decay-frac",
-        "beta1": "--beta1", "beta2": "--beta2", "eps": "--eps", "weight_decay": "--weight-decay",
-        "grad_clip": "--grad-clip", "seed": "--seed"}
-# What a resumed run also takes from its checkpoint unless given again: where the data and the log
-# are, how it evaluates and samples, how often and where it checkpoints; and how the total batch is
-# split (B per GPU, ZeRO), which may change with the number of GPUs: the global batches stay the same.
-CARRIED = ("batch", "zero", "train_tokens", "val_tokens", "log", "val_every", "val_batches", "sample_every", "gen_tokens",
-           "checkpoint_every", "checkpoint_dir", "keep")
+# -- the options, said once --------------------------------------------------------------------------
+# Each field of TrainOptions is one `workbench train` option: its default, its flags and help
+# (metadata: the CLI is made from them, train_options below), and what a resumed run does with it:
+# KEPT, the checkpoint's value is kept and another given explicitly is refused (--steps alone may
+# grow: a longer run); CARRIED, the checkpoint's value unless given again.
+KEPT_, CARRIED_ = "kept", "carried"
+
+
+class Finite(click.FloatRange):
+    """A float in range that is also finite: nan and inf are refused (a range check lets nan by)."""
+
+    name = "finite float"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class StepCount(click.ParamType):
+    name = "steps"
+
+    def convert(self, value, param, ctx):
+        n = click.INT.convert(value, param, ctx)
+        if n != -1 and n < 1:
+            self.fail(f"{n} is not >= 1 (or -1, one epoch)", param, ctx)
+        return n
+
+
+SIZE, COUNT = click.IntRange(min=1), click.IntRange(min=0)
+
+
+def opt(default, *decls: str, help: str = "", resume: str | None = None, **click_kw):
+    """A TrainOptions field that is the option `decls` (click's declarations) with this default."""
+    meta = {"decls": decls, "help": help, "resume": resume, "click": click_kw}
+    if isinstance(default, (list, dict, set, frozenset)):
+        return field(default_factory=lambda: default, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
 class TrainOptions:
-    train_tokens: str = str(DATA_DIR / "tiny_shakespeare_train.bin")
-    val_tokens: str = str(DATA_DIR / "tiny_shakespeare_val.bin")
-    log: str | None = None
-    batch: int = 4
-    seq: int = 1024
-    lr: float = 3e-4
-    val_every: int = 20
-    val_batches: int = 20
-    sample_every: int = 20
-    gen_tokens: int = 64
-    init: str = "d12"
-    steps: int = -1               # -1: one epoch of the training file
-    attention: str | None = None  # softmax, flash, cudnn, relu (None: softmax at fp32, flash at bf16)
-    precision: str = "fp32"       # fp32, or bf16 (mixed: fp32 master weights and optimizer state)
-    tf32: bool = True
-    save: str | None = None
-    seed: int = 0
-    lr_schedule: str = "constant"
-    warmup: int = 0               # linear warm-up steps
-    final_lr_frac: float = 0.0    # cosine / linear / wsd end at lr * this
-    decay_frac: float = 0.2       # wsd decays over this last fraction of the steps
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0     # on the 2-D weights only
-    grad_clip: float = 1.0        # max global gradient norm (0: no clipping)
-    total_batch: int | None = None  # tokens per optimizer step (None: B * T * GPUs)
-    checkpoint_every: int = 0
-    checkpoint_dir: str = "out"
-    keep: int = 0                 # checkpoints kept (0: all)
-    resume: str | None = None     # a checkpoint file or folder, or "latest"
-    deterministic: bool = False
-    zero: int = 0                 # 1: ZeRO-1, the optimizer state sharded over the GPUs
-    json: str | None = None       # the run's summary (losses included), written at the end
-    force: bool = False           # replace an existing -o, --save or --json file
-    comm_timeout: float = 60.0    # seconds a rank waits for the others before it stops the job
-    explicit: frozenset = field(default_factory=frozenset)  # the options given on the command line
+    train_tokens: str = opt(str(DATA_DIR / "tiny_shakespeare_train.bin"), "-i", "--train-tokens", resume=CARRIED_,
+                            help="Training tokens: a token file, or a quoted glob of shards walked in sorted order "
+                                 "(e.g. 'data/fineweb_train_*.bin'; each shard at least one global batch + 1 tokens).")
+    val_tokens: str = opt(str(DATA_DIR / "tiny_shakespeare_val.bin"), "-j", "--val-tokens", resume=CARRIED_,
+                          help="Validation tokens: a token file or a quoted glob of shards.")
+    log: str | None = opt(None, "-o", "--log", resume=CARRIED_,
+                          help="Log file: step, train loss, val loss (llm.c format; appended to on --resume).")
+    batch: int = opt(4, "-b", "--batch-size", type=SIZE, resume=CARRIED_,
+                     help="Batch size B (per GPU, per micro-step).")
+    seq: int = opt(1024, "-t", "--seq-len", type=SIZE, resume=KEPT_, help="Sequence length T.")
+    lr: float = opt(3e-4, "-l", "--lr", type=Finite(min=0), resume=KEPT_, help="Peak learning rate.")
+    val_every: int = opt(20, "-v", "--val-every", type=COUNT, resume=CARRIED_,
+                         help="Validation loss every N steps (0: never).")
+    val_batches: int = opt(20, "-m", "--val-batches", type=SIZE, resume=CARRIED_,
+                           help="Validation batches (capped by the file).")
+    sample_every: int = opt(20, "-s", "--sample-every", type=COUNT, resume=CARRIED_,
+                            help="Sample every N steps (0: never).")
+    gen_tokens: int = opt(64, "-g", "--gen-tokens", type=SIZE, resume=CARRIED_, help="Tokens to generate per sample.")
+    init: str = opt("d12", "--init", help="Checkpoint (v3 fp32 / v5 bf16) or fresh model: d12, d24, d36, d48, tiny.")
+    steps: int = opt(-1, "--steps", type=StepCount(), help="Optimizer steps; -1: one epoch of the training file.")
+    precision: str = opt("fp32", "--precision", type=click.Choice(["fp32", "bf16"]), resume=KEPT_,
+                         help="bf16: bf16 activations, weights and gradients on the promoted bf16 kernels, fp32 master "
+                              "weights and optimizer state, logits' loss in fp32.")
+    attention: str | None = opt(None, "--attention", type=click.Choice(["softmax", "flash", "cudnn", "relu"]),
+                                resume=KEPT_,
+                                help="softmax: the promoted attention at the precision (fp32: CUDA cores, exact); "
+                                     "flash: our tensor-core flash attention (fp32: its TF32 variant); cudnn: cuDNN's "
+                                     "(bf16); relu: ReLU attention (fp32: CUDA cores; bf16: tensor cores) [default: "
+                                     "softmax at fp32, flash at bf16].")
+    tf32: bool = opt(True, "--tf32/--no-tf32", resume=KEPT_, help="TF32 tensor cores for the fp32 matmuls.")
+    save: str | None = opt(None, "--save", type=click.Path(dir_okay=False),
+                           help="Write a v3 checkpoint here at the end (and on Ctrl-C).")
+    seed: int = opt(0, "--seed", type=click.IntRange(0, 2**31 - 1), resume=KEPT_, help="Seed of a fresh init.")
+    lr_schedule: str = opt("constant", "--lr-schedule", type=click.Choice(SCHEDULES), resume=KEPT_,
+                           help="cosine / linear: decay to lr * --final-lr-frac at the last step; wsd: constant, then "
+                                "linear decay over the last --decay-frac of the steps. All start with --warmup.")
+    warmup: int = opt(0, "--warmup", type=COUNT, resume=KEPT_, help="Linear learning-rate warm-up steps.")
+    final_lr_frac: float = opt(0.0, "--final-lr-frac", type=Finite(0, 1), resume=KEPT_,
+                               help="The decaying schedules end at lr * this.")
+    decay_frac: float = opt(0.2, "--decay-frac", type=Finite(0, 1, min_open=True), resume=KEPT_,
+                            help="wsd: the fraction of the steps the decay takes.")
+    grad_clip: float = opt(1.0, "--grad-clip", type=Finite(min=0), resume=KEPT_,
+                           help="Clip the gradient to this global norm (0: no clipping).")
+    weight_decay: float = opt(0.0, "--weight-decay", type=Finite(min=0), resume=KEPT_,
+                              help="AdamW's decoupled weight decay, on the 2-D weights only (wte, wpe, the four "
+                                   "matmul weights).")
+    beta1: float = opt(0.9, "--beta1", type=Finite(0, 1, max_open=True), resume=KEPT_)
+    beta2: float = opt(0.999, "--beta2", type=Finite(0, 1, max_open=True), resume=KEPT_)
+    eps: float = opt(1e-8, "--eps", type=Finite(min=0, min_open=True), resume=KEPT_)
+    total_batch: int | None = opt(None, "--total-batch", type=SIZE, resume=KEPT_,
+                                  help="Tokens per optimizer step: a multiple of B*T*GPUs, reached by accumulating "
+                                       "gradients over micro-steps [default: B*T*GPUs].")
+    checkpoint_every: int = opt(0, "--checkpoint-every", type=COUNT, resume=CARRIED_,
+                                help="Write a checkpoint (model + optimizer state) every N steps, at the last step and "
+                                     "on Ctrl-C (0: never).")
+    checkpoint_dir: str = opt("out", "--checkpoint-dir", type=click.Path(file_okay=False), resume=CARRIED_,
+                              help="Folder of the checkpoints and of `latest`, their pointer.")
+    keep: int = opt(0, "--keep", type=COUNT, resume=CARRIED_, help="Keep only the newest K checkpoints (0: all).")
+    resume: str | None = opt(None, "--resume", metavar="PATH|latest", show_default=False,
+                             help="Continue a run from a checkpoint (latest: the newest in --checkpoint-dir; or a "
+                                  "folder, or its model_*.bin): same data, learning rates, optimizer state and sampling "
+                                  "as without the stop, on any number of GPUs (same --total-batch). latest also starts "
+                                  "the run when no checkpoint exists yet and exits 0 when the run is already complete, "
+                                  "so `until workbench train ... --checkpoint-every N --resume latest; do sleep 1; "
+                                  "done` finishes a run that keeps being killed.")
+    deterministic: bool = opt(False, "--deterministic", is_flag=True,
+                              help="Bit-identical runs: families promoted with float atomics run their promoted "
+                                   "deterministic stand-in.")
+    zero: int = opt(0, "--zero", type=click.IntRange(0, 1), resume=CARRIED_,
+                    help="1: ZeRO-1, each GPU keeps and updates only its shard of the optimizer state.")
+    json: str | None = opt(None, "--json", type=click.Path(dir_okay=False),
+                           help="Write the run's summary (the losses included) here.")
+    force: bool = opt(False, "--force", is_flag=True,
+                      help="Replace an existing -o, --save or --json file (a resumed run may replace its own without "
+                           "it).")
+    comm_timeout: float = opt(60.0, "--comm-timeout", type=Finite(min=1),
+                              help="Under mpirun: seconds a rank waits for the others before it stops every rank.")
+    explicit: frozenset = field(default_factory=frozenset)  # the options given on the command line (not an option)
+
+
+def described() -> list[dataclasses.Field]:
+    """The fields of TrainOptions that are options, in --help order."""
+    return [f for f in dataclasses.fields(TrainOptions) if "decls" in f.metadata]
+
+
+def flag_of(name: str) -> str:
+    """The option's long flag, as errors name it (--batch-size for batch)."""
+    decls = next(f for f in described() if f.name == name).metadata["decls"]
+    return [d for d in decls if d.startswith("--")][0].split("/")[0]
+
+
+def train_options(command):
+    """Decorate a click command with every TrainOptions option (their defaults shown unless None)."""
+    for f in reversed(described()):
+        m = f.metadata
+        kw = dict(m["click"])
+        if f.default is not None and not kw.get("is_flag"):
+            kw.setdefault("show_default", True)
+        if f.default is not dataclasses.MISSING:
+            kw.setdefault("default", f.default)
+        command = click.option(*m["decls"], f.name, help=m["help"] or None, **kw)(command)
+    return command
+
+
+# What a resumed run keeps (with the flag that sets it), and what it carries over unless given.
+KEPT = {f.name: flag_of(f.name) for f in described() if f.metadata["resume"] == KEPT_}
+CARRIED = tuple(f.name for f in described() if f.metadata["resume"] == CARRIED_)
 
 
 @dataclass
