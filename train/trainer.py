@@ -362,129 +362,177 @@ def _notes(trainer: Trainer, run: Run, ui) -> None:
                 "`mpirun --mca odls_base_sigkill_timeout 30 ...` gives them the time")
 
 
-def train(run: Run, ui, dist) -> dict:
-    """Run training; `ui` prints (see report.TrainUI), `dist` is the process group
-    (train/distributed.py). Returns a summary dict (also what tests check)."""
-    o, total = run.opts, run.steps
-    if run.resume:
-        config, params = formats.read_checkpoint(run.resume.model)
-        source = f"{run.resume.model} (step {run.resume.step})"
-    else:
-        config, params, source = load_model(o.init, o.seed)
-    train_data, val_data = run.train_data, run.val_data
-    ui.run_table(run_rows(run, source))
-    for note in run.notes:
-        ui.note(note)
-    ui.model_table(config)
-    trainer = Trainer(run, config, params, dist)
-    rng = np.random.default_rng(SAMPLE_SEED)
-    start = 0
-    if run.resume:
-        trainer.restore(run.resume, rng)
-        start = run.resume.step
-    peak_kind = "bf16" if o.precision == "bf16" else ("tf32" if o.tf32 else "fp32")
-    peak = matmul_peak(peak_kind) if dist.is_root else math.nan
-    ui.device_line(trainer.drv.Context.get_device().name(), peak_kind, peak)
-    ui.memory_table(trainer.backend.memory())
-    _notes(trainer, run, ui)
-    dist.barrier("the other ranks' set-up (compiling, capturing)")
-    decode = _decoder(o.train_tokens)
-    log = LlmcLog(o.log if dist.is_root else None, append=run.resume is not None)
-    flops_per_tok = flops_per_token(config, o.seq)
-    tokens_per_step = run.total_batch
-    summary = {"steps": start, "start_step": start, "losses": [], "lrs": [], "val_losses": [], "samples": [], "stopped": None,
-               "checkpoints": [], "world": dist.world, "micro_steps": run.micro_steps, "total_batch": tokens_per_step}
-    interrupted = {"flag": False}
+class Interrupts:
+    """Ctrl-C, or SIGTERM (a scheduler's stop; mpirun's, when it is interrupted), while the loop
+    runs: the first asks the run to finish its step, checkpoint (with --checkpoint-every) and stop;
+    a second stops the process at once."""
 
-    def on_signal(signum, frame):
-        """Ctrl-C, or SIGTERM (a scheduler's stop; mpirun's, when it is interrupted): finish the
-        step, checkpoint (with --checkpoint-every), stop. A second one stops at once."""
-        if interrupted["flag"]:
-            sys.stderr.write(f"error: rank {dist.rank}: {signal.Signals(signum).name} again: stopping now, "
+    def __init__(self, dist):
+        self.dist, self.flag, self.old = dist, False, {}
+
+    def __enter__(self) -> "Interrupts":
+        self.old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.flag:
+            sys.stderr.write(f"error: rank {self.dist.rank}: {signal.Signals(signum).name} again: stopping now, "
                              "without a checkpoint\n")
             drain_output()
             os._exit(128 + signum)
-        interrupted["flag"] = True
-        dist.stop_requested()
-    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    last_finite, stop, halted, failed, checkpointed = None, False, False, True, start
-    try:
-        for step in range(start, total + 1):
-            last = step == total
-            phase = False  # rank 0's host-only work at this step, which the others wait out
-            if val_data is not None and (step % o.val_every == 0 or last):
-                phase = True
-                if dist.is_root:
-                    vl = trainer.val_loss(val_data, o.val_batches)
-                    summary["val_losses"].append((step, vl))
-                    ui.val(step, vl)
-                    log.write(step, "tel", vl)
-            if o.sample_every > 0 and step > 0 and (step % o.sample_every == 0 or last):
-                phase = True
-                if dist.is_root:
-                    tokens = trainer.sample(o.gen_tokens, rng)
-                    summary["samples"].append((step, tokens))
-                    ui.sample(step, decode(tokens))
-            if phase:
-                dist.barrier(f"rank 0's validation and sampling at step {step}")
+        self.flag = True
+        self.dist.stop_requested()
+
+
+class TrainLoop:
+    """One run of `workbench train` on this rank: set-up (the model, the Trainer, a resume's state,
+    the tables), then the steps with validation, sampling and checkpoints between them, then the
+    saved model, the summary and the release of the graphs."""
+
+    def __init__(self, run: Run, ui, dist):
+        self.run, self.ui, self.dist, o = run, ui, dist, run.opts
+        if run.resume:
+            config, params = formats.read_checkpoint(run.resume.model)
+            source = f"{run.resume.model} (step {run.resume.step})"
+        else:
+            config, params, source = load_model(o.init, o.seed)
+        ui.run_table(run_rows(run, source))
+        for note in run.notes:
+            ui.note(note)
+        ui.model_table(config)
+        self.trainer = Trainer(run, config, params, dist)
+        self.rng = np.random.default_rng(SAMPLE_SEED)
+        self.start = 0
+        if run.resume:
+            self.trainer.restore(run.resume, self.rng)
+            self.start = run.resume.step
+        peak_kind = "bf16" if o.precision == "bf16" else ("tf32" if o.tf32 else "fp32")
+        self.peak = matmul_peak(peak_kind) if dist.is_root else math.nan
+        ui.device_line(self.trainer.drv.Context.get_device().name(), peak_kind, self.peak)
+        ui.memory_table(self.trainer.backend.memory())
+        _notes(self.trainer, run, ui)
+        dist.barrier("the other ranks' set-up (compiling, capturing)")
+        self.decode = _decoder(o.train_tokens)
+        self.log = LlmcLog(o.log if dist.is_root else None, append=run.resume is not None)
+        self.flops_per_tok = flops_per_token(config, o.seq)
+        self.summary = {"steps": self.start, "start_step": self.start, "losses": [], "lrs": [], "val_losses": [],
+                        "samples": [], "stopped": None, "checkpoints": [], "world": dist.world,
+                        "micro_steps": run.micro_steps, "total_batch": run.total_batch}
+        self.last_finite: tuple[int, float] | None = None
+        self.checkpointed = self.start
+
+    def go(self) -> dict:
+        failed = True
+        try:
+            with Interrupts(self.dist) as interrupts:
+                halted = self.steps(interrupts)
+                if self.run.opts.checkpoint_every and self.checkpointed < self.summary["steps"]:  # a stop, or the end
+                    self.checkpoint(self.summary["steps"])
+                if halted:
+                    self.summary["stopped"] = f"interrupted after step {self.summary['steps']}"
+                    self.ui.note(self.summary["stopped"])
+            failed = False
+        finally:
+            self.finish(failed)
+        self.ui.summary(self.summary)
+        return self.summary
+
+    def steps(self, interrupts: Interrupts) -> bool:
+        """Train to the last step or an agreed stop; True if stopped by a signal."""
+        run, dist, stop = self.run, self.dist, False
+        for step in range(self.start, run.steps + 1):
+            last = step == run.steps
+            self.between_steps(step, last)
             # under MPI only the flag the ranks agreed on (`stop`) counts: they must stop together
-            halted = stop or (interrupted["flag"] and not dist.under_mpi)
+            halted = stop or (interrupts.flag and not dist.under_mpi)
             if last or halted:
-                break
+                return halted
             lr = run.schedule(step)
-            local, ms, host_us = trainer.step(train_data, step, lr)
-            loss_sum, stops = dist.total([local, float(interrupted["flag"])], f"the losses of step {step + 1}")
-            loss, stop = loss_sum / dist.world, stops > 0
-            if not math.isfinite(loss):
-                summary["stopped"] = f"loss is {loss} at step {step + 1}" + (
-                    f" (last finite loss {last_finite[1]:.6f} at step {last_finite[0]})" if last_finite else "")
-                raise TrainError(summary["stopped"] + ": stopping")
-            last_finite = (step + 1, loss)
-            if step == start:
-                trainer.capture()  # after the first (uncaptured) step has warmed everything up
-                free, total_mem = trainer.drv.mem_get_info()
-                summary["gpu_memory_used"] = total_mem - free
-            tps = tokens_per_step / (ms / 1e3)
-            rec = StepRecord(step + 1, loss, ms, tps, 100 * flops_per_tok * tps / dist.world / (peak * 1e12), host_us, lr)
-            trainer.records.append(rec)
-            summary["losses"].append(loss)
-            summary["lrs"].append(lr)
-            summary["steps"] = step + 1
-            ui.step(rec, total)
-            log.write(step + 1, "trl", loss)
-            if o.checkpoint_every and (step + 1) % o.checkpoint_every == 0:
-                checkpointed = _checkpoint(trainer, run, step + 1, rng, dist, ui, summary)
-        if o.checkpoint_every and checkpointed < summary["steps"]:  # a stop, or the end of the run
-            _checkpoint(trainer, run, summary["steps"], rng, dist, ui, summary)
-        if halted:
-            summary["stopped"] = f"interrupted after step {summary['steps']}"
-            ui.note(summary["stopped"])
-        failed = False
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        log.close()
+            local, ms, host_us = self.trainer.step(run.train_data, step, lr)
+            loss_sum, stops = dist.total([local, float(interrupts.flag)], f"the losses of step {step + 1}")
+            stop = stops > 0
+            self.after_step(step, loss_sum / dist.world, ms, host_us, lr)
+        return False
+
+    def between_steps(self, step: int, last: bool) -> None:
+        """Rank 0's validation and sampling before `step`, which the other ranks wait out."""
+        o, dist, s = self.run.opts, self.dist, self.summary
+        phase = False
+        if self.run.val_data is not None and (step % o.val_every == 0 or last):
+            phase = True
+            if dist.is_root:
+                vl = self.trainer.val_loss(self.run.val_data, o.val_batches)
+                s["val_losses"].append((step, vl))
+                self.ui.val(step, vl)
+                self.log.write(step, "tel", vl)
+        if o.sample_every > 0 and step > 0 and (step % o.sample_every == 0 or last):
+            phase = True
+            if dist.is_root:
+                tokens = self.trainer.sample(o.gen_tokens, self.rng)
+                s["samples"].append((step, tokens))
+                self.ui.sample(step, self.decode(tokens))
+        if phase:
+            dist.barrier(f"rank 0's validation and sampling at step {step}")
+
+    def after_step(self, step: int, loss: float, ms: float, host_us: float, lr: float) -> None:
+        """Record optimizer step `step` + 1 (its loss the mean over the ranks); capture the graphs
+        after the first; checkpoint when due. A loss that is not finite ends the run."""
+        s, o, trainer = self.summary, self.run.opts, self.trainer
+        if not math.isfinite(loss):
+            s["stopped"] = f"loss is {loss} at step {step + 1}" + (
+                f" (last finite loss {self.last_finite[1]:.6f} at step {self.last_finite[0]})" if self.last_finite else "")
+            raise TrainError(s["stopped"] + ": stopping")
+        self.last_finite = (step + 1, loss)
+        if step == self.start:
+            trainer.capture()  # after the first (uncaptured) step has warmed everything up
+            free, total_mem = trainer.drv.mem_get_info()
+            s["gpu_memory_used"] = total_mem - free
+        tps = self.run.total_batch / (ms / 1e3)
+        mfu = 100 * self.flops_per_tok * tps / self.dist.world / (self.peak * 1e12)
+        rec = StepRecord(step + 1, loss, ms, tps, mfu, host_us, lr)
+        trainer.records.append(rec)
+        s["losses"].append(loss)
+        s["lrs"].append(lr)
+        s["steps"] = step + 1
+        self.ui.step(rec, self.run.steps)
+        self.log.write(step + 1, "trl", loss)
+        if o.checkpoint_every and (step + 1) % o.checkpoint_every == 0:
+            self.checkpoint(step + 1)
+
+    def checkpoint(self, step: int) -> None:
+        o = self.run.opts
+        path = checkpoint.save(Path(o.checkpoint_dir), step, self.trainer.state(step, self.rng), self.dist,
+                               self.trainer.save, o.keep)
+        self.summary["checkpoints"].append(str(path))
+        self.ui.note(f"checkpoint {path} (step {step})")
+        self.checkpointed = step
+
+    def finish(self, failed: bool) -> None:
+        """The log closed, the model saved (--save), the summary written (--json), the graphs
+        destroyed; after a failure only what needs no GPU work past the failure."""
+        o, dist, s, trainer = self.run.opts, self.dist, self.summary, self.trainer
+        self.log.close()
         if o.save and dist.is_root and not failed:
             path = trainer.save(o.save)
-            summary["saved"] = str(path)
-            ui.note(f"saved {path}")
-        summary.update(timing(trainer.records), peak_tflops=peak, peak_memory=trainer.backend.memory(),
-                       graph_nodes={GRAPH_NAMES[kind]: g.nodes for kind, g in trainer.graphs.items()})
+            s["saved"] = str(path)
+            self.ui.note(f"saved {path}")
+        s.update(timing(trainer.records), peak_tflops=self.peak, peak_memory=trainer.backend.memory(),
+                 graph_nodes={GRAPH_NAMES[kind]: g.nodes for kind, g in trainer.graphs.items()})
         if o.json and dist.is_root:
             Path(o.json).parent.mkdir(parents=True, exist_ok=True)
-            formats.atomic_write(o.json, [json.dumps(summary, indent=1, default=str).encode() + b"\n"])
+            formats.atomic_write(o.json, [json.dumps(s, indent=1, default=str).encode() + b"\n"])
         if not failed:  # after a failure the GPU may be stuck on a dead peer: the process just ends
             trainer.release()
-    ui.summary(summary)
-    return summary
 
 
-def _checkpoint(trainer: Trainer, run: Run, step: int, rng, dist, ui, summary: dict) -> int:
-    o = run.opts
-    path = checkpoint.save(Path(o.checkpoint_dir), step, trainer.state(step, rng), dist, trainer.save, o.keep)
-    summary["checkpoints"].append(str(path))
-    ui.note(f"checkpoint {path} (step {step})")
-    return step
+def train(run: Run, ui, dist) -> dict:
+    """Run training; `ui` prints (see report.TrainUI), `dist` is the process group
+    (train/distributed.py). Returns a summary dict (also what tests check)."""
+    return TrainLoop(run, ui, dist).go()
 
 
 def timing(records: list[StepRecord]) -> dict:
