@@ -144,50 +144,10 @@ def attention_variant(attention: str, precision: str) -> str | None:
     return "cudnn" if attention == "cudnn" else None
 
 
-class Program:
-    """The calls of one training step of GPT-2 at (B, T): `zero_grads`, then per micro-step
-    `forward`, `loss`, `backward` (`reduced_backward` on the last micro-step of a run on many
-    GPUs), then `update`.
+class ProgramBuffers:
+    """The device buffers of a Program (Program below): their declarations, slices of them
+    (`at`), the parameters and gradients as the passes read them, and the memory they take."""
 
-    micro_steps and world fold the mean over the optimizer step into the classifier's dloss;
-    rank and zero place this rank's optimizer shard; weight_decay (a bool: the rate itself is a
-    device scalar) splits the update so only the 2-D weights decay; grad_clip is AdamW's max_norm
-    (0: no clipping, and no norm computed)."""
-
-    def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
-                 micro_steps: int = 1, world: int = 1, rank: int = 0, zero: int = 0, weight_decay: bool = False,
-                 grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS, precision: str = "fp32"):
-        if attention not in ATTENTION:
-            raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
-        self.precision = precision
-        self.attention_variant = attention_variant(attention, precision)
-        if self.attention_variant == "tf32" and not tf32:
-            from .errors import TrainError
-            raise TrainError("--attention flash at fp32 runs on TF32 tensor cores: it needs --tf32 "
-                             "(--attention softmax is the exact fp32 one)")
-        if not (micro_steps >= 1 and world >= 1 and 0 <= rank < world and zero in (0, 1) and grad_clip >= 0):
-            raise ValueError(f"bad step geometry: micro_steps={micro_steps} world={world} rank={rank} zero={zero} "
-                             f"grad_clip={grad_clip}")
-        self.config, self.B, self.T, self.attention, self.tf32 = config, B, T, attention, tf32
-        self.micro_steps, self.world, self.rank, self.zero = micro_steps, world, rank, zero
-        self.weight_decay, self.grad_clip, self.bucket_elems = weight_decay, grad_clip, bucket_elems
-        self.layout = layout(config)
-        self.num_params = self.layout.total
-        self.shard_elems, self.padded_params = shard_geometry(self.num_params, world, zero)
-        lo = rank * self.shard_elems if zero else 0
-        self.shard = (lo, lo + self.shard_elems)  # this rank's part of the flat vector: its m and v
-        self.buffers: dict[str, BufferDecl] = {}
-        self.zero_grads: list[Step] = []
-        self.forward: list[Step] = []
-        self.loss: list[Step] = []
-        self.backward: list[Step] = []
-        self.update: list[Step] = []
-        self._build()
-        self.reduced_backward: list[Step] = self._reduced_backward()
-
-    # -- buffers -----------------------------------------------------------------------------
     def _buf(self, name: str, elems: int, dtype: str = "f32", per_layer: bool = False) -> None:
         L = self.config.num_layers if per_layer else 1
         self.buffers[name] = BufferDecl(name, elems * L, dtype)
@@ -214,11 +174,9 @@ class Program:
     def grad(self, name: str, layer: int | None = None) -> Slice:
         return self.param(name, layer, grads=True)
 
-    # -- the step ----------------------------------------------------------------------------
-    def _build(self) -> None:
+    def _declare_buffers(self) -> None:
         cfg, B, T = self.config, self.B, self.T
-        C, L, NH, Vp, V = cfg.channels, cfg.num_layers, cfg.num_heads, cfg.padded_vocab_size, cfg.vocab_size
-        HS = C // NH
+        C, NH, Vp = cfg.channels, cfg.num_heads, cfg.padded_vocab_size
         BT, BTC = B * T, B * T * C
         bf = self.precision == "bf16"
         act = "bf16" if bf else "f32"  # activations, their gradients and the parameter gradients
@@ -252,19 +210,45 @@ class Program:
                             ("dqkv", 3 * BTC), ("dfch", 4 * BTC), ("dfch_gelu", 4 * BTC)):
             self._buf(name, elems, "f32" if name in stats else act)
 
-        tf32 = {"tf32": int(self.tf32)}
-        att_fwd, att_bwd = ATTENTION[self.attention]
-        bt = {"B": B, "T": T}
+    def memory(self) -> dict[str, int]:
+        return {name: spec.elems * ITEMSIZE[spec.dtype] for name, spec in self.buffers.items()}
 
-        def mm(out, inp, w, b, c, oc, label):
-            return Call("matmul_forward", {**bt, "C": c, "OC": oc}, {"out": out, "inp": inp, "weight": w, "bias": b},
-                        tf32, label)
 
-        def residual_of(l):  # the residual stream entering layer l
-            return self.at("encoded") if l == 0 else self.at("residual3", l - 1)
+class ProgramPasses:
+    """The forward, loss and backward of a Program (Program below) as family calls, layer by layer."""
 
-        # forward
-        f = self.forward
+    @property
+    def _bt(self) -> dict[str, int]:
+        return {"B": self.B, "T": self.T}
+
+    @property
+    def _tf32(self) -> dict[str, int]:
+        return {"tf32": int(self.tf32)}
+
+    def _mm(self, out, inp, w, b, c, oc, label) -> Call:
+        return Call("matmul_forward", {**self._bt, "C": c, "OC": oc}, {"out": out, "inp": inp, "weight": w, "bias": b},
+                    self._tf32, label)
+
+    def _residual_of(self, layer: int) -> Slice:
+        """The residual stream entering `layer`."""
+        return self.at("encoded") if layer == 0 else self.at("residual3", layer - 1)
+
+    def _mm_back(self, dinp, dw, db, dout, inp, w, c, oc, label) -> list[Call]:
+        bt = self._bt
+        out = [Call("matmul_backward", {**bt, "C": c, "OC": oc},
+                    {"dinp": dinp, "dweight": dw, "dout": dout, "inp": inp, "weight": w}, self._tf32, label)]
+        if db is not None:
+            out.append(Call("matmul_backward_bias", {**bt, "OC": oc}, {"dbias": db, "dout": dout}, label=label + " bias"))
+        return out
+
+    def _ln_back(self, dw, db, inp, w, mean, rstd, label) -> Call:
+        return Call("layernorm_backward", {**self._bt, "C": self.config.channels},
+                    {"dinp": self.at("dresidual"), "dweight": dw, "dbias": db, "dout": self.at("dln"),
+                     "inp": inp, "weight": w, "mean": mean, "rstd": rstd}, label=label)
+
+    def _build_forward(self) -> None:
+        C, L, T, Vp = self.config.channels, self.config.num_layers, self.T, self.config.padded_vocab_size
+        bt, f = self._bt, self.forward
         f.append(Call("encoder_forward", {**bt, "C": C, "V": Vp},
                       {"out": self.at("encoded"), "inp": self.at("tokens"), "wte": self.param("wte"),
                        "wpe": Slice(self.compute_params, self.layout["wpe"].offset, T * C)}, label="embed"))
@@ -272,98 +256,96 @@ class Program:
                       {"out": self.at("ln1", 0), "mean": self.at("ln1_mean", 0), "rstd": self.at("ln1_rstd", 0),
                        "inp": self.at("encoded"), "weight": self.param("ln1w", 0), "bias": self.param("ln1b", 0)},
                       label="layer 0 ln1"))
-        for l in range(L):
-            f.append(mm(self.at("qkv", l), self.at("ln1", l), self.param("qkvw", l), self.param("qkvb", l), C, 3 * C,
-                        f"layer {l} qkv"))
-            att_args = {"out": self.at("atty", l), "qkv": self.at("qkv", l)}
-            if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
-                att_args["lse"] = self.at("lse", l)
-            f.append(Call(att_fwd, {**bt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
-            f.append(mm(self.at("attproj", l), self.at("atty", l), self.param("attprojw", l), self.param("attprojb", l),
-                        C, C, f"layer {l} attproj"))
-            f.append(Call("fused_residual_forward", {**bt, "C": C},
-                          {"residual": self.at("residual2", l), "normed": self.at("ln2", l),
-                           "mean": self.at("ln2_mean", l), "rstd": self.at("ln2_rstd", l),
-                           "inp1": residual_of(l), "inp2": self.at("attproj", l),
-                           "weight": self.param("ln2w", l), "bias": self.param("ln2b", l)}, label=f"layer {l} residual+ln2"))
-            f.append(mm(self.at("fch", l), self.at("ln2", l), self.param("fcw", l), self.param("fcb", l), C, 4 * C,
-                        f"layer {l} fc"))
-            f.append(Call("gelu_forward", {**bt, "C": 4 * C}, {"out": self.at("fch_gelu", l), "inp": self.at("fch", l)},
-                          label=f"layer {l} gelu"))
-            f.append(mm(self.at("fcproj", l), self.at("fch_gelu", l), self.param("fcprojw", l), self.param("fcprojb", l),
-                        4 * C, C, f"layer {l} fcproj"))
-            last = l == L - 1
-            nxt = ({"normed": self.at("lnf"), "mean": self.at("lnf_mean"), "rstd": self.at("lnf_rstd"),
-                    "weight": self.param("lnfw"), "bias": self.param("lnfb")} if last else
-                   {"normed": self.at("ln1", l + 1), "mean": self.at("ln1_mean", l + 1), "rstd": self.at("ln1_rstd", l + 1),
-                    "weight": self.param("ln1w", l + 1), "bias": self.param("ln1b", l + 1)})
-            f.append(Call("fused_residual_forward", {**bt, "C": C},
-                          {"residual": self.at("residual3", l), "inp1": self.at("residual2", l),
-                           "inp2": self.at("fcproj", l), **nxt},
-                          label=f"layer {l} residual+" + ("lnf" if last else f"layer {l + 1} ln1")))
-        f.append(mm(self.at("logits"), self.at("lnf"), self.param("wte"), self.at("zeros"), C, Vp, "lm head"))
+        for layer in range(L):
+            f += self._forward_layer(layer)
+        f.append(self._mm(self.at("logits"), self.at("lnf"), self.param("wte"), self.at("zeros"), C, Vp, "lm head"))
 
-        # loss: softmax + cross-entropy + dlogits in one pass, written over the logits
-        self.loss.append(Call("fused_classifier", {**bt, "V": V, "Vp": Vp},
+    def _forward_layer(self, l: int) -> list[Call]:
+        C, L, NH = self.config.channels, self.config.num_layers, self.config.num_heads
+        bt, mm, at, param = self._bt, self._mm, self.at, self.param
+        att_fwd, _ = ATTENTION[self.attention]
+        f = [mm(at("qkv", l), at("ln1", l), param("qkvw", l), param("qkvb", l), C, 3 * C, f"layer {l} qkv")]
+        att_args = {"out": at("atty", l), "qkv": at("qkv", l)}
+        if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
+            att_args["lse"] = at("lse", l)
+        f.append(Call(att_fwd, {**bt, "NH": NH, "HS": C // NH}, att_args, self._tf32, f"layer {l} attention"))
+        f.append(mm(at("attproj", l), at("atty", l), param("attprojw", l), param("attprojb", l), C, C,
+                    f"layer {l} attproj"))
+        f.append(Call("fused_residual_forward", {**bt, "C": C},
+                      {"residual": at("residual2", l), "normed": at("ln2", l), "mean": at("ln2_mean", l),
+                       "rstd": at("ln2_rstd", l), "inp1": self._residual_of(l), "inp2": at("attproj", l),
+                       "weight": param("ln2w", l), "bias": param("ln2b", l)}, label=f"layer {l} residual+ln2"))
+        f.append(mm(at("fch", l), at("ln2", l), param("fcw", l), param("fcb", l), C, 4 * C, f"layer {l} fc"))
+        f.append(Call("gelu_forward", {**bt, "C": 4 * C}, {"out": at("fch_gelu", l), "inp": at("fch", l)},
+                      label=f"layer {l} gelu"))
+        f.append(mm(at("fcproj", l), at("fch_gelu", l), param("fcprojw", l), param("fcprojb", l), 4 * C, C,
+                    f"layer {l} fcproj"))
+        last = l == L - 1
+        nxt = ({"normed": at("lnf"), "mean": at("lnf_mean"), "rstd": at("lnf_rstd"),
+                "weight": param("lnfw"), "bias": param("lnfb")} if last else
+               {"normed": at("ln1", l + 1), "mean": at("ln1_mean", l + 1), "rstd": at("ln1_rstd", l + 1),
+                "weight": param("ln1w", l + 1), "bias": param("ln1b", l + 1)})
+        f.append(Call("fused_residual_forward", {**bt, "C": C},
+                      {"residual": at("residual3", l), "inp1": at("residual2", l), "inp2": at("fcproj", l), **nxt},
+                      label=f"layer {l} residual+" + ("lnf" if last else f"layer {l + 1} ln1")))
+        return f
+
+    def _build_loss(self) -> None:
+        """Softmax + cross-entropy + dlogits in one pass, written over the logits."""
+        B, T, V, Vp = self.B, self.T, self.config.vocab_size, self.config.padded_vocab_size
+        self.loss.append(Call("fused_classifier", {**self._bt, "V": V, "Vp": Vp},
                               {"logits": self.at("logits"), "losses": self.at("losses"), "targets": self.at("targets")},
                               {"dloss": 1.0 / (B * T * self.micro_steps * self.world)}, "classifier"))
 
-        # backward (parameter gradients add into `grads`, zeroed once per optimizer step)
-        self.zero_grads.append(Zero(self.at("grads"), "zero grads"))
+    def _build_backward(self) -> None:
+        """Parameter gradients add into `grads`, zeroed once per optimizer step."""
+        C, L, T, Vp = self.config.channels, self.config.num_layers, self.T, self.config.padded_vocab_size
+        at, param, grad = self.at, self.param, self.grad
+        self.zero_grads.append(Zero(at("grads"), "zero grads"))
         b = self.backward
-        b.append(Zero(self.at("dresidual"), "zero dresidual"))
+        b.append(Zero(at("dresidual"), "zero dresidual"))
+        b += self._mm_back(at("dln"), grad("wte"), None, at("logits"), at("lnf"), param("wte"), C, Vp, "lm head")
+        b.append(self._ln_back(grad("lnfw"), grad("lnfb"), at("residual3", L - 1), param("lnfw"), at("lnf_mean"),
+                               at("lnf_rstd"), "lnf"))
+        for layer in reversed(range(L)):
+            b += self._backward_layer(layer)
+        b.append(Call("encoder_backward", {**self._bt, "C": C, "V": Vp},
+                      {"dwte": grad("wte"), "dwpe": Slice("grads", self.layout["wpe"].offset, T * C),
+                       "dout": at("dresidual"), "inp": at("tokens"), "role": at("eb_role"), "plan": at("eb_plan")},
+                      label="embed"))
 
-        def mm_back(dinp, dw, db, dout, inp, w, c, oc, label):
-            out = [Call("matmul_backward", {**bt, "C": c, "OC": oc},
-                        {"dinp": dinp, "dweight": dw, "dout": dout, "inp": inp, "weight": w}, tf32, label)]
-            if db is not None:
-                out.append(Call("matmul_backward_bias", {**bt, "OC": oc}, {"dbias": db, "dout": dout},
-                                label=label + " bias"))
-            return out
+    def _backward_layer(self, l: int) -> list[Call]:
+        C, NH = self.config.channels, self.config.num_heads
+        at, param, grad, mm_back, ln_back = self.at, self.param, self.grad, self._mm_back, self._ln_back
+        _, att_bwd = ATTENTION[self.attention]
+        # dresidual holds d(residual3[l]): the MLP branch
+        b = mm_back(at("dfch_gelu"), grad("fcprojw", l), grad("fcprojb", l), at("dresidual"), at("fch_gelu", l),
+                    param("fcprojw", l), 4 * C, C, f"layer {l} fcproj")
+        b.append(Call("gelu_backward", {**self._bt, "C": 4 * C},
+                      {"dinp": at("dfch"), "inp": at("fch", l), "dout": at("dfch_gelu")}, label=f"layer {l} gelu"))
+        b += mm_back(at("dln"), grad("fcw", l), grad("fcb", l), at("dfch"), at("ln2", l), param("fcw", l), C, 4 * C,
+                     f"layer {l} fc")
+        b.append(ln_back(grad("ln2w", l), grad("ln2b", l), at("residual2", l), param("ln2w", l), at("ln2_mean", l),
+                         at("ln2_rstd", l), f"layer {l} ln2"))
+        # now dresidual holds d(residual2[l]): the attention branch
+        b += mm_back(at("datty"), grad("attprojw", l), grad("attprojb", l), at("dresidual"), at("atty", l),
+                     param("attprojw", l), C, C, f"layer {l} attproj")
+        att_args = {"dqkv": at("dqkv"), "dout": at("datty"), "qkv": at("qkv", l)}
+        if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
+            att_args.update(out=at("atty", l), lse=at("lse", l))
+        b.append(Call(att_bwd, {**self._bt, "NH": NH, "HS": C // NH}, att_args, self._tf32, f"layer {l} attention"))
+        b += mm_back(at("dln"), grad("qkvw", l), grad("qkvb", l), at("dqkv"), at("ln1", l), param("qkvw", l), C, 3 * C,
+                     f"layer {l} qkv")
+        b.append(ln_back(grad("ln1w", l), grad("ln1b", l), self._residual_of(l), param("ln1w", l), at("ln1_mean", l),
+                         at("ln1_rstd", l), f"layer {l} ln1"))
+        # now dresidual holds d(residual entering layer l)
+        return b
 
-        def ln_back(dw, db, inp, w, mean, rstd, label):
-            return Call("layernorm_backward", {**bt, "C": C},
-                        {"dinp": self.at("dresidual"), "dweight": dw, "dbias": db, "dout": self.at("dln"),
-                         "inp": inp, "weight": w, "mean": mean, "rstd": rstd}, label=label)
 
-        b += mm_back(self.at("dln"), self.grad("wte"), None, self.at("logits"), self.at("lnf"), self.param("wte"),
-                     C, Vp, "lm head")
-        b.append(ln_back(self.grad("lnfw"), self.grad("lnfb"), self.at("residual3", L - 1), self.param("lnfw"),
-                         self.at("lnf_mean"), self.at("lnf_rstd"), "lnf"))
-        for l in reversed(range(L)):
-            # dresidual holds d(residual3[l]): the MLP branch
-            b += mm_back(self.at("dfch_gelu"), self.grad("fcprojw", l), self.grad("fcprojb", l), self.at("dresidual"),
-                         self.at("fch_gelu", l), self.param("fcprojw", l), 4 * C, C, f"layer {l} fcproj")
-            b.append(Call("gelu_backward", {**bt, "C": 4 * C},
-                          {"dinp": self.at("dfch"), "inp": self.at("fch", l), "dout": self.at("dfch_gelu")},
-                          label=f"layer {l} gelu"))
-            b += mm_back(self.at("dln"), self.grad("fcw", l), self.grad("fcb", l), self.at("dfch"), self.at("ln2", l),
-                         self.param("fcw", l), C, 4 * C, f"layer {l} fc")
-            b.append(ln_back(self.grad("ln2w", l), self.grad("ln2b", l), self.at("residual2", l), self.param("ln2w", l),
-                             self.at("ln2_mean", l), self.at("ln2_rstd", l), f"layer {l} ln2"))
-            # now dresidual holds d(residual2[l]): the attention branch
-            b += mm_back(self.at("datty"), self.grad("attprojw", l), self.grad("attprojb", l), self.at("dresidual"),
-                         self.at("atty", l), self.param("attprojw", l), C, C, f"layer {l} attproj")
-            att_args = {"dqkv": self.at("dqkv"), "dout": self.at("datty"), "qkv": self.at("qkv", l)}
-            if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
-                att_args.update(out=self.at("atty", l), lse=self.at("lse", l))
-            b.append(Call(att_bwd, {**bt, "NH": NH, "HS": HS}, att_args, tf32, f"layer {l} attention"))
-            b += mm_back(self.at("dln"), self.grad("qkvw", l), self.grad("qkvb", l), self.at("dqkv"), self.at("ln1", l),
-                         self.param("qkvw", l), C, 3 * C, f"layer {l} qkv")
-            b.append(ln_back(self.grad("ln1w", l), self.grad("ln1b", l), residual_of(l), self.param("ln1w", l),
-                             self.at("ln1_mean", l), self.at("ln1_rstd", l), f"layer {l} ln1"))
-            # now dresidual holds d(residual entering layer l)
-        b.append(Call("encoder_backward", {**bt, "C": C, "V": Vp},
-                      {"dwte": self.grad("wte"), "dwpe": Slice("grads", self.layout["wpe"].offset, T * C),
-                       "dout": self.at("dresidual"), "inp": self.at("tokens"), "role": self.at("eb_role"),
-                       "plan": self.at("eb_plan")}, label="embed"))
-
-        self._build_update()
-        # Every call runs at the program's precision; the attention calls in the variant asked for.
-        for call in self.calls:
-            call.precision = self.precision
-            if call.family in (att_fwd, att_bwd):
-                call.variant = self.attention_variant
+class ProgramUpdate:
+    """The optimizer step of a Program (Program below): AdamW with clipping by the global norm over
+    this rank's shard, and on many GPUs the gradient reductions (bucketed, overlapped with the
+    backward) and the gather of the updated parameters."""
 
     def _build_update(self) -> None:
         """Clip by the global norm inside AdamW, over this rank's shard of the real parameters."""
@@ -461,7 +443,64 @@ class Program:
         out.append(Join())
         return out
 
-    # -- views ---------------------------------------------------------------------------------
+
+class Program(ProgramBuffers, ProgramPasses, ProgramUpdate):
+    """The calls of one training step of GPT-2 at (B, T): `zero_grads`, then per micro-step
+    `forward`, `loss`, `backward` (`reduced_backward` on the last micro-step of a run on many
+    GPUs), then `update`.
+
+    micro_steps and world fold the mean over the optimizer step into the classifier's dloss;
+    rank and zero place this rank's optimizer shard; weight_decay (a bool: the rate itself is a
+    device scalar) splits the update so only the 2-D weights decay; grad_clip is AdamW's max_norm
+    (0: no clipping, and no norm computed)."""
+
+    def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
+                 micro_steps: int = 1, world: int = 1, rank: int = 0, zero: int = 0, weight_decay: bool = False,
+                 grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS, precision: str = "fp32"):
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
+        self.precision = precision
+        self.attention_variant = attention_variant(attention, precision)
+        if self.attention_variant == "tf32" and not tf32:
+            from .errors import TrainError
+            raise TrainError("--attention flash at fp32 runs on TF32 tensor cores: it needs --tf32 "
+                             "(--attention softmax is the exact fp32 one)")
+        if not (micro_steps >= 1 and world >= 1 and 0 <= rank < world and zero in (0, 1) and grad_clip >= 0):
+            raise ValueError(f"bad step geometry: micro_steps={micro_steps} world={world} rank={rank} zero={zero} "
+                             f"grad_clip={grad_clip}")
+        self.config, self.B, self.T, self.attention, self.tf32 = config, B, T, attention, tf32
+        self.micro_steps, self.world, self.rank, self.zero = micro_steps, world, rank, zero
+        self.weight_decay, self.grad_clip, self.bucket_elems = weight_decay, grad_clip, bucket_elems
+        self.layout = layout(config)
+        self.num_params = self.layout.total
+        self.shard_elems, self.padded_params = shard_geometry(self.num_params, world, zero)
+        lo = rank * self.shard_elems if zero else 0
+        self.shard = (lo, lo + self.shard_elems)  # this rank's part of the flat vector: its m and v
+        self.buffers: dict[str, BufferDecl] = {}
+        self.zero_grads: list[Step] = []
+        self.forward: list[Step] = []
+        self.loss: list[Step] = []
+        self.backward: list[Step] = []
+        self.update: list[Step] = []
+        self._build()
+        self.reduced_backward: list[Step] = self._reduced_backward()
+
+    # -- the step ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        self._declare_buffers()
+        self._build_forward()
+        self._build_loss()
+        self._build_backward()
+        self._build_update()
+        # Every call runs at the program's precision; the attention calls in the variant asked for.
+        att_fwd, att_bwd = ATTENTION[self.attention]
+        for call in self.calls:
+            call.precision = self.precision
+            if call.family in (att_fwd, att_bwd):
+                call.variant = self.attention_variant
+
     @property
     def calls(self) -> list[Call]:
         return [c for c in self.zero_grads + self.forward + self.loss + self.backward + self.update if isinstance(c, Call)]
@@ -473,10 +512,6 @@ class Program:
             if c.sizes not in out.setdefault(c.family, []):
                 out[c.family].append(dict(c.sizes))
         return out
-
-    def memory(self) -> dict[str, int]:
-        return {name: spec.elems * ITEMSIZE[spec.dtype] for name, spec in self.buffers.items()}
-
 
 def flops_per_token(config: GPT2Config, T: int) -> int:
     """6N + 6LCT: the matmul FLOPs of forward + backward per token (attention included)."""
