@@ -603,6 +603,40 @@ class TextShards(Written):
     globs: dict[str, str] = field(default_factory=dict)   # split -> glob for -i (train) / -j (val)
 
 
+def _check_text_run(paths: list[Path], out_dir: Path, name: str, shard_size: int, val_tokens: int | None,
+                    force: bool) -> list[Path]:
+    """Every check prepro_text makes before it tokenizes: the options, the inputs, and NAME's
+    existing shards (a refusal without force). Returns those shards."""
+    if not TEXT_NAME.fullmatch(name):
+        raise bad_option("--name", f"{name!r}: use letters, digits, _ and - only")
+    if not MIN_SHARD_TOKENS <= shard_size <= np.iinfo(np.int32).max:
+        raise bad_option("--shard-size", f"{shard_size} is not in the range {MIN_SHARD_TOKENS}<=x<={np.iinfo(np.int32).max}")
+    if val_tokens is not None and val_tokens < 1:
+        raise bad_option("--val-tokens", f"{val_tokens} is not >= 1")
+    _check_text_inputs(paths)
+    existing = existing_shards(out_dir, name)
+    if existing and not force:
+        more = f" and {len(existing) - 1} more of {name}'s shards" if len(existing) > 1 else ""
+        raise TrainError(f"{existing[0]}{more} already exist{'' if more else 's'}; pass --force to replace "
+                         f"{'them' if more else 'it'} (and remove any this run does not write)")
+    return existing
+
+
+def _remove_stale(stale: list[Path], name: str, written: "TextShards") -> None:
+    """Delete NAME's shards of an earlier run that this one did not write (a glob would read them)."""
+    for p in stale:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise TrainError(f"{p}: cannot remove this stale shard ({e.strerror}); `workbench train` would read it "
+                             "with the new ones") from None
+    if stale:
+        written.notes.append(f"removed {len(stale)} stale file{'s' if len(stale) > 1 else ''} of {name}'s earlier "
+                             f"shards: {', '.join(map(str, stale[:3]))}{', ...' if len(stale) > 3 else ''}")
+
+
 def prepro_text(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike = "data", name: str = "text",
                 shard_size: int = TEXT_SHARD_TOKENS, val_tokens: int | None = None,
                 progress: Progress | None = None, force: bool = False) -> TextShards:
@@ -620,18 +654,7 @@ def prepro_text(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike =
     once all of them are written, so a failure or an interruption leaves OUT as it was. Existing
     shards of NAME are a refusal without `force`; with it, those this run did not write are removed."""
     out_dir, paths = Path(out_dir), [Path(p) for p in paths]
-    if not TEXT_NAME.fullmatch(name):
-        raise bad_option("--name", f"{name!r}: use letters, digits, _ and - only")
-    if not MIN_SHARD_TOKENS <= shard_size <= np.iinfo(np.int32).max:
-        raise bad_option("--shard-size", f"{shard_size} is not in the range {MIN_SHARD_TOKENS}<=x<={np.iinfo(np.int32).max}")
-    if val_tokens is not None and val_tokens < 1:
-        raise bad_option("--val-tokens", f"{val_tokens} is not >= 1")
-    _check_text_inputs(paths)
-    existing = existing_shards(out_dir, name)
-    if existing and not force:
-        more = f" and {len(existing) - 1} more of {name}'s shards" if len(existing) > 1 else ""
-        raise TrainError(f"{existing[0]}{more} already exist{'' if more else 's'}; pass --force to replace "
-                         f"{'them' if more else 'it'} (and remove any this run does not write)")
+    existing = _check_text_run(paths, out_dir, name, shard_size, val_tokens, force)
     enc = gpt2_encoding()
     tokenizer = gpt2_tokenizer_output(out_dir, enc)
     differ = [p for p, (parts, _) in tokenizer.items() if p.exists() and not formats.same_content(p, parts)]
@@ -679,18 +702,7 @@ def prepro_text(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike =
     tokenizer_path = next(iter(tokenizer))
     if tokenizer_path in written.files:  # the table lists the shards first
         written.files[tokenizer_path] = written.files.pop(tokenizer_path)
-    stale = [p for p in existing if p not in written.files]
-    for p in stale:
-        try:
-            p.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise TrainError(f"{p}: cannot remove this stale shard ({e.strerror}); `workbench train` would read it "
-                             "with the new ones") from None
-    if stale:
-        written.notes.append(f"removed {len(stale)} stale file{'s' if len(stale) > 1 else ''} of {name}'s earlier "
-                             f"shards: {', '.join(map(str, stale[:3]))}{', ...' if len(stale) > 3 else ''}")
+    _remove_stale([p for p in existing if p not in written.files], name, written)
     written.tokens, written.shards = dict(shards.tokens), dict(shards.count)
     written.globs = {split: shard_glob(out_dir, name, split) for split in SPLITS}
     return written
