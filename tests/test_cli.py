@@ -74,7 +74,69 @@ def test_without_pycuda_run_says_what_is_missing(monkeypatch):
 
 def test_bench_needs_families_or_all():
     r = invoke("bench")
-    assert r.exit_code == 1 and "--all" in r.output
+    assert r.exit_code == 2 and "--all" in r.output  # a usage error, like click's own
+
+
+def no_pycuda(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pycuda" else real(name, *a))
+
+
+def one_error_line(r) -> str:
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in r.output, r.output
+    return lines[0]
+
+
+def test_every_bad_option_or_argument_exits_2_in_one_line_before_any_gpu_work(monkeypatch, tmp_path):
+    no_pycuda(monkeypatch)  # had any got past the checks, PyCUDA's absence (exit 3) would be the error
+    (tmp_path / "taken.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    for args, says in [
+        (["bench", "layernorm_forward", "--all"], "not both"),
+        (["bench", "layernorm_forward", "gelu_forward", "--sizes", "B=2"], "one family at a time"),
+        (["bench", "layernorm_forward", "--resume"], "--resume needs the --json file"),
+        (["bench", "layernorm_forward", "--json", str(tmp_path / "nope" / "r.json")], "does not exist"),
+        (["check", "layernorm_forward", "--json", str(tmp_path / "taken.json")], "pass --force"),
+        (["run", "layernorm_forward", "6", "--sweep", "Q=1..4"], "has no size Q"),
+        (["run", "layernorm_forward", "6", "--sweep", "C=9..1"], "bad --sweep"),
+        (["--root", str(tmp_path / "empty"), "list"], "no kernel families"),
+    ]:
+        r = invoke(*args)
+        assert r.exit_code == 2 and says in one_error_line(r), (args, r.output)
+
+
+def test_bench_resume_of_a_file_that_is_not_results_says_so_before_pycuda(monkeypatch, tmp_path):
+    no_pycuda(monkeypatch)
+    bad = tmp_path / "notjson.json"
+    bad.write_text("not json at all")
+    r = invoke("bench", "layernorm_forward", "--resume", "--json", str(bad))
+    line = one_error_line(r)
+    assert r.exit_code == 2 and "not JSON" in line and "PyCUDA" not in line
+    assert bad.read_text() == "not json at all"
+
+
+def test_sizes_no_machine_could_hold_are_refused_before_pycuda(monkeypatch):
+    no_pycuda(monkeypatch)
+    for args in (["bench", "layernorm_forward"], ["run", "layernorm_forward", "6"], ["check", "layernorm_forward"]):
+        r = invoke(*args, "--sizes", "B=1000000000,T=1024,C=768")
+        line = one_error_line(r)
+        assert r.exit_code == 2 and "B=1000000000" in line and "host memory" in line and "PyCUDA" not in line
+    assert invoke("check", "layernorm_forward", "--sizes", "B=2,T=3,C=8").exit_code == 3  # small sizes pass on
+
+
+def test_show_never_cuts_a_source_line(monkeypatch):
+    from workbench.family import Project
+    from workbench.report import source_start
+    source = Project(None).family("layernorm_forward").version(6).source
+    code = [line.strip() for line in source[source_start(source):].splitlines() if line.strip()]
+    assert max(map(len, code)) > 80, "a line longer than the console, to see it whole"
+    r = invoke("show", "layernorm_forward", "6")  # CliRunner: 80 columns, not a terminal
+    assert r.exit_code == 0
+    shown = r.output.splitlines()
+    cut = [line for line in code if not any(line in s for s in shown)]
+    assert not cut, cut[:3]
+    assert "128-bit loads, the row held in registers" in r.output  # the title: wrapped, not cut
 
 
 def test_help_works_without_a_gpu():

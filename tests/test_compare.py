@@ -244,3 +244,15 @@ def test_missing_files_and_folders_are_refused(tmp_path, h100):
         read_payload(tmp_path)
     with pytest.raises(WorkbenchError, match="NEW: not a workbench results file"):
         cmp.compare_runs(h100, {"some": "dict"})
+
+
+def test_comparing_a_file_with_itself_says_so_in_one_note(tmp_path):
+    from click.testing import CliRunner
+    from workbench.cli import cli
+    r = CliRunner().invoke(cli, ["compare", str(H100), str(H100)])
+    notes = [line for line in r.output.splitlines() if "same file" in line]
+    assert r.exit_code == 0 and len(notes) == 1 and notes[0].startswith("note: OLD and NEW are the same file"), r.output
+    copied = tmp_path / "copy.json"
+    copied.write_text(H100.read_text())
+    assert not any("same file" in n for n in cmp.compare_files(H100, copied)["notes"])  # equal, not the same
+    assert "same file" in cmp.compare_files(copied, tmp_path / ".." / tmp_path.name / "copy.json")["notes"][0]

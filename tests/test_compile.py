@@ -34,3 +34,34 @@ def test_resources_are_parsed(nvcc):
     res, _ = compile_only(v.path, "sm_90")
     r = res["layernorm_forward5"]
     assert r.registers > 0 and r.shared >= 32 * 4  # the per-warp slots
+
+
+def test_compile_without_nvcc_says_so_once(monkeypatch):
+    import shutil
+    from click.testing import CliRunner
+    from workbench.cli import cli
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "nvcc" else real(name, *a, **k))
+    r = CliRunner().invoke(cli, ["compile", "layernorm_forward"])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 1 and lines == ["error: nvcc is not on PATH: install the CUDA toolkit to compile "
+                                          "without a GPU"], r.output
+
+
+def test_the_compile_table_wraps_at_80_columns_instead_of_cutting(monkeypatch):
+    """CliRunner's console is 80 columns: every header word whole, no cell cut with an ellipsis."""
+    import workbench.compile as wc
+    from click.testing import CliRunner
+    from workbench.cli import cli
+    from workbench.compile import Resources
+    kernel = "layernorm_forward_kernel_with_a_long_name"
+    monkeypatch.setattr(wc, "require_nvcc", lambda: "nvcc", raising=False)
+    monkeypatch.setattr(wc, "compile_only", lambda path, arch: ({kernel: Resources(40, 8, 4, 16, 132)}, ""))
+    r = CliRunner().invoke(cli, ["compile", "layernorm_forward", "10"])
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
+    words = set(r.output.split())
+    for header in ("version", "arch", "kernel", "regs", "spills (st/ld B)", "stack B", "static smem B"):
+        assert set(header.split()) <= words, header
+    column = [line.split("│")[3].strip() for line in r.output.splitlines() if line.startswith("│")]
+    assert "".join(column) == kernel, column  # folded over lines, all of it there

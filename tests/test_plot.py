@@ -166,3 +166,39 @@ def test_sweep_ticks_skip_values_too_close_to_label():
         65536, 262144, 1000003, 4194304, 16777216]
     assert plot.spaced_ticks([8, 4]) == [4, 8]
     assert len(plot.spaced_ticks(list(range(1, 1000)))) <= 13
+
+
+def invoke_plot(*args):
+    from click.testing import CliRunner
+    from workbench.cli import cli
+    return CliRunner().invoke(cli, ["plot", *map(str, args)])
+
+
+def test_an_out_folder_that_cannot_be_written_is_one_line_before_any_drawing(tmp_path):
+    results = FIXTURES / "results" / "bench_layernorm_forward.json"
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for out in ("/proc/nope", blocker / "plots", blocker):
+        r = invoke_plot(results, "--out", out)
+        lines = r.output.strip().splitlines()
+        assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: --out {out}"), r.output
+        assert "Traceback" not in r.output and "matplotlib" not in r.output
+    assert blocker.read_text() == ""
+
+
+def test_without_out_the_plots_go_beside_the_results_file_never_into_the_repository(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    where, cwd = tmp_path / "runs", tmp_path / "cwd"
+    where.mkdir()
+    cwd.mkdir()
+    results = where / "r.json"
+    shutil.copy(FIXTURES / "results" / "bench_layernorm_forward.json", results)
+    monkeypatch.chdir(cwd)
+    r = invoke_plot(results)  # without matplotlib it stops at drawing, after choosing the folder
+    assert r.exit_code == 0 or "matplotlib is not installed" in r.output, r.output
+    assert (where / "r-plots").is_dir() and not any(cwd.iterdir())
+    assert "r-plots/" in invoke_plot("--help").output  # documented
+    if shutil.which("git"):  # the default for a results file inside the repository: ignored by git
+        ignored = subprocess.run(["git", "check-ignore", "-q", "results/h100-bench-plots/roofline.png"], cwd=ROOT)
+        assert ignored.returncode == 0, "the default plots folder is not in .gitignore"

@@ -104,3 +104,21 @@ def test_the_shipped_set_serves_every_precision_and_attention_the_trainer_offers
         v = promoted.version(call.family, call.precision, call.variant)
         assert v.precision == precision and v.variant == call.variant, call.label
         assert not v.unmet(promotion_sizes(call.family, v.family.sizes)[0])
+
+
+def test_promoted_is_readable_at_80_columns():
+    """CliRunner's console is 80 columns: every header word whole, no cell cut with an ellipsis,
+    and each title whole (wrapped on words)."""
+    from click.testing import CliRunner
+    from workbench.cli import cli
+    r = CliRunner().invoke(cli, ["promoted"])
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output and max(len(line) for line in r.output.splitlines()) <= 80
+    words = r.output.split()
+    for header in ("family", "v", "title", "block", "time"):
+        assert header in words, header
+    rows = [line.split("│") for line in r.output.splitlines() if line.startswith("│")]
+    column = " ".join(" ".join(row[3] for row in rows).split())  # the titles, wrapped lines joined
+    for entry in read_manifest(KERNELS_DIR)["kernels"].values():
+        assert " ".join(entry["title"].split()) in column, entry["title"]
+        assert entry["sha256"][:12] in words

@@ -106,3 +106,46 @@ def test_bad_names_are_refused_in_one_line(tmp_path, name):
         scaffold(tmp_path, name)
     assert "\n" not in str(e.value).replace(repr(name), "")
     assert not any(tmp_path.iterdir()), "nothing written"
+
+
+def test_force_never_touches_a_family_the_project_ships(monkeypatch):
+    """`new gelu_forward --force` once overwrote the real family: refused now, in one line, exit 2."""
+    import workbench.scaffold as sc
+    from click.testing import CliRunner
+    from workbench.cli import cli
+
+    def no_writes(path, text):
+        raise AssertionError(f"--force wrote {path}")
+    monkeypatch.setattr(sc, "write_atomically", no_writes)  # a regression fails here, writing nothing
+    with pytest.raises(WorkbenchError, match="--force only replaces the files of a family that `workbench new` made") as e:
+        scaffold(ROOT, "gelu_forward", force=True)
+    assert e.value.exit_code == 2 and "2_packed128.cu" in str(e.value)
+    r = CliRunner().invoke(cli, ["new", "gelu_forward", "--force"])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), r.output
+    assert "Traceback" not in r.output and "--force only replaces" in lines[0]
+
+
+def test_force_refuses_a_family_with_more_versions_or_a_contract_new_did_not_write(project):
+    root, paths = project
+    toml, v1 = paths[0], paths[1]
+    v2 = root / "kernels" / NAME / "2_faster.cu"
+    v2.write_text(v1.read_text())
+    with pytest.raises(WorkbenchError, match=rf"holds versions `new` did not write \(2_faster.cu\)"):
+        scaffold(root, NAME, force=True)
+    v2.unlink()
+    toml.write_text(toml.read_text().split("\n", 1)[1])  # a contract by hand: no `workbench new` line
+    mine = toml.read_text()
+    with pytest.raises(WorkbenchError, match="family.toml was not written by `workbench new`"):
+        scaffold(root, NAME, force=True)
+    assert toml.read_text() == mine, "nothing overwritten"
+
+
+def test_force_refuses_a_family_git_tracks(project):
+    root, paths = project
+    if shutil.which("git") is None:
+        pytest.skip("git is not on PATH")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "kernels"], cwd=root, check=True)
+    with pytest.raises(WorkbenchError, match=rf"git tracks kernels/{NAME}/family.toml"):
+        scaffold(root, NAME, force=True)

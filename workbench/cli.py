@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.syntax import Syntax
 
 from . import report
-from .errors import SizesError, WorkbenchError
+from .errors import SizesError, UsageError, WorkbenchError
 from .family import Project
 from .isolate import DEFAULT_TIMEOUT
 
@@ -28,7 +28,7 @@ console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 # Modules whose `commands` (a list of click commands) join the group: more of this layer, and the
 # trainer's verbs above the library.
-COMMAND_MODULES = ("workbench.cli_tools", "train.commands")
+COMMAND_MODULES = ("workbench.cli_tools", "workbench.diff", "train.commands")
 
 
 class Workbench(click.Group):
@@ -87,13 +87,13 @@ def writable_file(path: str | None, force: bool = False, what: str = "--json") -
         return
     p = Path(path)
     if p.is_dir():
-        raise WorkbenchError(f"{what} {path}: is a folder")
+        raise UsageError(f"{what} {path}: is a folder")
     if not p.parent.exists():
-        raise WorkbenchError(f"{what} {path}: folder {p.parent} does not exist")
+        raise UsageError(f"{what} {path}: folder {p.parent} does not exist")
     if p.exists() and not force:
-        raise WorkbenchError(f"{what} {path}: exists; pass --force to replace it")
+        raise UsageError(f"{what} {path}: exists; pass --force to replace it")
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise WorkbenchError(f"{what} {path}: not writable")
+        raise UsageError(f"{what} {path}: not writable")
 
 
 # -- list / show / compile: no GPU needed --------------------------------------------------------
@@ -102,7 +102,7 @@ def writable_file(path: str | None, force: bool = False, what: str = "--json") -
 def list_cmd(project: Project):
     """List the kernel families and their versions, one line each."""
     if not project.family_names():
-        raise WorkbenchError(f"no kernel families under {project.kernels_dir}")
+        raise UsageError(f"no kernel families under {project.kernels_dir}")
     console.print(report.families_table(project.families()))
 
 
@@ -124,8 +124,8 @@ def show(project: Project, family, version, no_source):
     console.print(report.version_panel(v))
     if not no_source:
         start = report.source_start(v.source)
-        console.print(Syntax(v.source[start:].lstrip("\n"), "cuda", line_numbers=True,
-                             start_line=v.source[:start].count("\n") + 1, theme="ansi_dark", word_wrap=False))
+        console.print(Syntax(v.source[start:].lstrip("\n"), "cuda", line_numbers=True, theme="ansi_dark",
+                             start_line=v.source[:start].count("\n") + 1), soft_wrap=True)  # long lines: never cut
 
 
 @cli.command("compile")
@@ -136,21 +136,22 @@ def show(project: Project, family, version, no_source):
 @click.pass_obj
 def compile_cmd(project: Project, family, version, archs):
     """Compile versions with the nvcc on PATH (no GPU needed) and show ptxas's resource report."""
-    from .compile import compile_only
+    from .compile import compile_only, require_nvcc
     fams = [project.family(family)] if family else project.families()
+    versions = [v for fam in fams for v in ([fam.version(version)] if version else fam.versions)]
+    require_nvcc()  # missing: one line, not one per version
     rows, failed = [], 0
-    for fam in fams:
-        for v in ([fam.version(version)] if version else fam.versions):
-            for arch in archs:
-                try:
-                    res, warnings = compile_only(v.path, arch)
-                except WorkbenchError as e:
-                    failed += 1
-                    err_console.print(f"[red]{escape(str(e))}[/]")
-                    continue
-                if warnings:
-                    err_console.print(f"[yellow]{v.label} ({arch}):[/]\n{escape(warnings)}")
-                rows += [(v.label, arch, name, r) for name, r in sorted(res.items())]
+    for v in versions:
+        for arch in archs:
+            try:
+                res, warnings = compile_only(v.path, arch)
+            except WorkbenchError as e:
+                failed += 1
+                err_console.print(f"[red]{escape(str(e))}[/]")
+                continue
+            if warnings:
+                err_console.print(f"[yellow]{v.label} ({arch}):[/]\n{escape(warnings)}")
+            rows += [(v.label, arch, name, r) for name, r in sorted(res.items())]
     console.print(report.resources_table(rows))
     if failed:
         raise WorkbenchError(f"{failed} compile(s) failed")
@@ -209,7 +210,7 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
         from .plot import parse_sweep, plot_sweep, sweep_point
         axis, values = parse_sweep(sweep)
         if axis not in v.family.sizes:
-            raise WorkbenchError(f"--sweep {axis}: {family} has no size {axis} (its sizes: {', '.join(v.family.sizes)})")
+            raise SizesError(f"--sweep {axis}: {family} has no size {axis} (its sizes: {', '.join(v.family.sizes)})")
         plot_path = plot_path or f"{family}_{v.number}_{axis}.png"
         writable_file(plot_path, force, "--plot")
     writable_file(json_path, force)
@@ -255,19 +256,20 @@ def bench(project: Project, families, all_, json_path, resume, force, **kw):
     """Check and time every version of the given families (or --all), best block size each,
     beside PyTorch and a copy of the same bytes."""
     from .bench import Session, require_pycuda
+    from .results import check_resume
     if all_ and families:
-        raise WorkbenchError("give family names or --all, not both")
+        raise UsageError("give family names or --all, not both")
     if not all_ and not families:
-        raise WorkbenchError("name the families to bench, or pass --all (families: "
-                             + ", ".join(project.family_names()) + ")")
+        raise UsageError(f"name the families to bench, or pass --all (families: {', '.join(project.family_names())})")
     fams = project.families() if all_ else [project.family(f) for f in families]
     if kw["sizes"] and len(fams) > 1:
-        raise WorkbenchError("--sizes applies to one family at a time")
+        raise UsageError("--sizes applies to one family at a time")
     for fam in fams:
         fam.parse_sizes(kw["sizes"])
     if resume and not json_path:
-        raise WorkbenchError("--resume needs the --json file to resume")
+        raise UsageError("--resume needs the --json file to resume")
     writable_file(json_path, force=force or resume)
+    check_resume(json_path, resume)
     require_pycuda()
     with Session(project, _options(**kw)) as session, progress_bar() as progress:
         task = progress.add_task("probing the device", total=sum(len(f.versions) for f in fams))

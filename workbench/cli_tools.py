@@ -3,6 +3,7 @@ plot, new. Thin like cli.py: check the options, call the library, print with rep
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from rich.markup import escape
 
 from . import report
 from .cli import console, err_console, progress_bar
-from .errors import WorkbenchError
+from .errors import UsageError
 from .family import Project
 
 
@@ -42,7 +43,7 @@ def sanitize(project: Project, family, version, tools, parallel, timeout, json_p
     from .sanitize import TOOLS, sanitize as run_sanitize, sanitizer, to_json
     writable_file(json_path, force)
     if version and not family:
-        raise WorkbenchError("give FAMILY before VERSION")
+        raise UsageError("give FAMILY before VERSION")
     fams = [project.family(family)] if family else project.families()
     versions = [fams[0].version(version)] if version else [v for f in fams for v in f.versions]
     tools = tools or TOOLS
@@ -110,22 +111,49 @@ def compare(old, new, threshold, same):
     check_regressions(comparison, threshold)
 
 
+def writable_folder(path: str | os.PathLike, what: str = "--out") -> Path:
+    """Create the folder `path` (parents too) now, before any work; one line if it cannot be
+    created or written into."""
+    import tempfile
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{what} {path}: is a file, not a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
+    return p
+
+
 @click.command()
 @click.argument("results", type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", default="plots", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for the PNGs (created).")
+@click.option("--out", "out_dir", type=click.Path(),  # an unusable folder: writable_folder says why, in one line
+              help="Folder for the PNGs (created). Default: beside RESULTS, named after it "
+                   "(r.json: r-plots/, which .gitignore keeps out of the repository).")
 def plot(results, out_dir):
     """A PNG per family (each version's time and share of the ceiling, the baselines as lines)
-    and a roofline of every family's best version, from a results file."""
+    and a roofline of every family's best version, from a results file.
+
+    \b
+    workbench plot results/h100-bench.json      into results/h100-bench-plots/
+    workbench plot r.json --out /tmp/plots
+    """
     from .results import read_payload
     from .plot import plot_results
-    written = plot_results(read_payload(results), out_dir)
+    payload = read_payload(results)
+    if out_dir is None:
+        out_dir = str(Path(results).with_name(Path(results).stem + "-plots"))
+    writable_folder(out_dir)  # before any drawing: one line if it cannot be written
+    written = plot_results(payload, out_dir)
     console.print(f"wrote {len(written)} plots to {out_dir}/ (roofline: {Path(out_dir) / 'roofline.png'})")
 
 
 @click.command("new")
 @click.argument("family")
-@click.option("--force", is_flag=True, help="Overwrite the files of an existing family of that name.")
+@click.option("--force", is_flag=True, help="Overwrite the files of a family that `new` made before (to start it "
+                                           "again); never a family that existed before (more versions, or tracked by git).")
 @click.pass_obj
 def new_family(project: Project, family, force):
     """Scaffold a new family: its contract, version 1, the NumPy reference and a test, which

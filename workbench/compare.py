@@ -59,7 +59,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .errors import WorkbenchError
+from .errors import UsageError, WorkbenchError
 from .results import check_payload, read_payload
 from .report import fmt_us
 
@@ -234,7 +234,7 @@ def compare_runs(old: dict, new: dict, same: float = DEFAULT_SAME, floor_us: flo
     check_payload(old, old_name)
     check_payload(new, new_name)
     if not 0 <= same < 1:
-        raise WorkbenchError(f"--same must be a fraction in [0, 1), got {same}")
+        raise UsageError(f"--same must be a fraction in [0, 1), got {same}")
     old_fams = {family_key(f): f for f in old["families"]}
     new_fams = {family_key(f): f for f in new["families"]}
     keys = list(old_fams) + [k for k in new_fams if k not in old_fams]
@@ -251,9 +251,12 @@ def _run_meta(payload: dict, name: str) -> dict:
 
 
 def compare_files(old_path: str | os.PathLike, new_path: str | os.PathLike, **kwargs) -> dict:
-    """`compare_runs` on two files, named by their paths."""
-    return compare_runs(read_payload(old_path), read_payload(new_path),
-                        old_name=str(old_path), new_name=str(new_path), **kwargs)
+    """`compare_runs` on two files, named by their paths; a note when they are one file."""
+    comparison = compare_runs(read_payload(old_path), read_payload(new_path),
+                              old_name=str(old_path), new_name=str(new_path), **kwargs)
+    if os.path.samefile(old_path, new_path):
+        comparison["notes"].insert(0, f"OLD and NEW are the same file ({old_path})")
+    return comparison
 
 
 def all_rows(comparison: dict) -> list[dict]:

@@ -133,11 +133,17 @@ def _shorten(text: str, path: Path) -> str:
     return text.replace(str(Path(path).resolve()), _display(path))
 
 
-def compile_only(path: Path, arch: str, extra: list[str] | None = None) -> tuple[dict[str, Resources], str]:
-    """Compile with the nvcc on PATH (no GPU needed). Returns (resources per kernel, warnings)."""
+def require_nvcc() -> str:
+    """The nvcc on PATH; a one-line CompileError if there is none."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise CompileError("nvcc is not on PATH: install the CUDA toolkit to compile without a GPU")
+    return nvcc
+
+
+def compile_only(path: Path, arch: str, extra: list[str] | None = None) -> tuple[dict[str, Resources], str]:
+    """Compile with the nvcc on PATH (no GPU needed). Returns (resources per kernel, warnings)."""
+    nvcc = require_nvcc()
     path = Path(path).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [nvcc, "-cubin", f"-arch={arch}", *flags(), *(extra or []), "-Xptxas", "-v",

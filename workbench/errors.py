@@ -7,20 +7,24 @@ class WorkbenchError(Exception):
     exit_code = 1
 
 
+class UsageError(WorkbenchError):
+    """A bad option or argument: conflicting options, a path that cannot be written, an input
+    file that is not one. Exit code 2, like click's own usage errors; 1 is kept for work that ran
+    and failed (a check, a compile), 3 for a missing GPU, 4 for a regression in `compare`."""
+
+    exit_code = 2
+
+
 class ContractError(WorkbenchError):
     """A family contract or version header is malformed."""
 
 
-class UnknownName(WorkbenchError):
+class UnknownName(UsageError):
     """An unknown family, version or block size; the message names what exists."""
 
-    exit_code = 2
 
-
-class SizesError(WorkbenchError):
+class SizesError(UsageError):
     """Sizes that are malformed or that a family or version cannot handle."""
-
-    exit_code = 2
 
 
 class NoGPU(WorkbenchError):

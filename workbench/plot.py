@@ -31,7 +31,7 @@ from typing import Any
 
 from .compare import best_timing, family_key
 from .compare import family_label as _label
-from .errors import WorkbenchError
+from .errors import UsageError, WorkbenchError
 from .results import check_payload
 from .report import fmt_us
 
@@ -44,8 +44,8 @@ RANGE = re.compile(r"^(-?\d+)\s*\.\.\s*(-?\d+)(?:\s*:\s*x\s*([0-9]*\.?[0-9]+))?$
 
 
 # -- sweeps -----------------------------------------------------------------------------------------
-def _sweep_error(text: str, why: str) -> WorkbenchError:
-    return WorkbenchError(f"bad --sweep {text!r}: {why} (e.g. C=256..8192, C=256..8192:x1.5 or C=100,300,1000)")
+def _sweep_error(text: str, why: str) -> UsageError:
+    return UsageError(f"bad --sweep {text!r}: {why} (e.g. C=256..8192, C=256..8192:x1.5 or C=100,300,1000)")
 
 
 def geometric_steps(lo: int, hi: int, factor: float = 2.0) -> list[int]:

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from rich.console import Group
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -277,6 +278,7 @@ def version_panel(v: Version) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column()
+    grid.add_row("title", f"[bold]{escape(v.title)}[/]")  # in the body, where it wraps: a border title is cut
     grid.add_row("file", str(v.path.relative_to(v.family.project.root)))
     if v.precision != "fp32":
         grid.add_row("precision", v.precision)
@@ -299,7 +301,7 @@ def version_panel(v: Version) -> Panel:
         if s.when:
             line += f"  when {s.when}"
         grid.add_row("launch", escape(line))
-    return Panel(grid, title=f"[bold]{v.family.name} {v.number}[/]: {escape(v.title)}", title_align="left")
+    return Panel(grid, title=f"[bold]{v.family.name} {v.number}[/]", title_align="left")
 
 
 def family_panel(fam: Family) -> Panel:
@@ -344,25 +346,56 @@ def families_table(families: Iterable[Family]) -> Table:
     return table
 
 
+def _column(table: Table, header: str, **kw) -> None:
+    """A column that wraps (or folds) its cells instead of cutting them with an ellipsis, never
+    narrower than its header's longest word: a narrow terminal makes rows taller, not unreadable."""
+    table.add_column(header, overflow="fold", min_width=max(map(len, header.split())), **kw)
+
+
+class Fitted:
+    """The wide table where it fits the console with `room` columns left for its column `flexible`
+    (wrapped there), else the narrow one: the same rows in fewer columns."""
+
+    def __init__(self, wide: Table, narrow: Table, flexible: int, room: int = 30):
+        self.wide, self.narrow, self.flexible, self.room = wide, narrow, flexible, room
+
+    def __rich_console__(self, console, options):
+        column = self.wide.columns[self.flexible]
+        saved, column.max_width = column.max_width, self.room
+        try:
+            needs = Measurement.get(console, options.update_width(1 << 16), self.wide).maximum
+        finally:
+            column.max_width = saved
+        yield self.wide if needs <= options.max_width else self.narrow
+
+
 def resources_table(rows: Iterable[tuple[str, str, str, Any]]) -> Table:
     """`workbench compile`: ptxas's report, one line per (version, arch, kernel)."""
     table = Table(title="ptxas resources", title_justify="left")
     for col in ("version", "arch", "kernel", "regs", "spills (st/ld B)", "stack B", "static smem B"):
-        table.add_column(col, justify="left" if col in ("version", "kernel", "arch") else "right")
+        _column(table, col, justify="left" if col in ("version", "kernel", "arch") else "right")
     for label, arch, name, r in rows:
         table.add_row(label, arch, name, str(r.registers), f"{r.spill_stores}/{r.spill_loads}", str(r.stack), str(r.shared))
     return table
 
 
-def promoted_table(manifest: dict, where: str) -> Table:
-    table = Table(title=f"promoted kernels ({where})", title_justify="left")
+def promoted_table(manifest: dict, where: str) -> Fitted:
+    """`workbench promoted`: a column per field where the console is wide enough; in a narrower one
+    (80 columns) the figures and the provenance are stacked in two columns, so the titles keep room."""
+    title = f"promoted kernels ({where})"
+    wide, narrow = Table(title=title, title_justify="left"), Table(title=title, title_justify="left")
     for col in ("family", "precision", "v", "title", "block", "time", "GB/s", "timed at", "GPU", "date", "sha256"):
-        table.add_column(col, justify="right" if col in ("v", "block", "time", "GB/s") else "left")
+        _column(wide, col, justify="right" if col in ("v", "block", "time", "GB/s") else "left")
+    for col in ("family", "v", "title", "block", "time", "timed at, on"):
+        _column(narrow, col, justify="right" if col in ("v", "block", "time") else "left")
     for key, e in sorted(manifest["kernels"].items()):
-        table.add_row(e["family"] if "family" in e else key, e.get("precision", "fp32"), str(e["version"]),
-                      Text(e["title"]), str(e["block_size"] or "-"), fmt_us(e["median_us"]), f"{e['gbps']:.0f}",
-                      e["timed_at"], e["gpu"], e["date"], e["sha256"][:12])
-    return table
+        family, precision = e["family"] if "family" in e else key, e.get("precision", "fp32")
+        figures = (str(e["version"]), Text(e["title"]), str(e["block_size"] or "-"))
+        wide.add_row(family, precision, *figures, fmt_us(e["median_us"]), f"{e['gbps']:.0f}",
+                     e["timed_at"], e["gpu"], e["date"], e["sha256"][:12])
+        narrow.add_row(f"{family} {precision}", *figures, f"{fmt_us(e['median_us'])}\n{e['gbps']:.0f} GB/s",
+                       f"{e['timed_at']}\n{e['gpu']}\n{e['date']} {e['sha256'][:12]}")
+    return Fitted(wide, narrow, flexible=3)
 
 
 def written_table(files: dict) -> Table:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import WorkbenchError
+from .errors import UsageError
 from .files import write_text_atomic
 
 FORMAT = 1
@@ -366,42 +366,49 @@ EXPECTED_FILE = "expected a results file from `workbench bench --json` or `workb
 
 
 def check_payload(payload: Any, where: str = "results") -> dict:
-    """`payload` itself if it is a workbench results payload; else a one-line WorkbenchError."""
+    """`payload` itself if it is a workbench results payload; else a one-line UsageError."""
     if not isinstance(payload, dict) or "workbench" not in payload:
-        raise WorkbenchError(f"{where}: not a workbench results file ({EXPECTED_FILE})")
+        raise UsageError(f"{where}: not a workbench results file ({EXPECTED_FILE})")
     fmt = payload["workbench"]
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
-        raise WorkbenchError(f"{where}: unknown results format {fmt!r} ({EXPECTED_FILE})")
+        raise UsageError(f"{where}: unknown results format {fmt!r} ({EXPECTED_FILE})")
     families = payload.get("families")
     if not isinstance(families, list) or not all(
             isinstance(f, dict) and isinstance(f.get("family"), str) and isinstance(f.get("versions", []), list)
             for f in families):
-        raise WorkbenchError(f"{where}: a results file needs a \"families\" list of "
+        raise UsageError(f"{where}: a results file needs a \"families\" list of "
                              f"{{\"family\": ..., \"versions\": [...]}} ({EXPECTED_FILE})")
     return payload
 
 
 def read_payload(path: str | os.PathLike) -> dict:
-    """Read a results file; a one-line WorkbenchError if it is missing, unreadable or not one."""
+    """Read a results file; a one-line UsageError if it is missing, unreadable or not one."""
     path = Path(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise WorkbenchError(f"{path}: no such file ({EXPECTED_FILE})") from None
+        raise UsageError(f"{path}: no such file ({EXPECTED_FILE})") from None
     except IsADirectoryError:
-        raise WorkbenchError(f"{path}: is a folder ({EXPECTED_FILE})") from None
+        raise UsageError(f"{path}: is a folder ({EXPECTED_FILE})") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise WorkbenchError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+        raise UsageError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     try:
         payload = json.loads(text)
     except ValueError as e:
-        raise WorkbenchError(f"{path}: not JSON ({e}); {EXPECTED_FILE}") from None
+        raise UsageError(f"{path}: not JSON ({e}); {EXPECTED_FILE}") from None
     return check_payload(payload, str(path))
 
 
 def load(path: str | os.PathLike) -> BenchRun:
     """Read a results file written by `bench --json` or `run --json`; one clear line if it is not one."""
     return BenchRun.from_json(read_payload(path))
+
+
+def check_resume(path: str | os.PathLike | None, resume: bool) -> None:
+    """Before any GPU work: the file `bench --resume` continues, if it exists, is a results file
+    (a one-line UsageError if not)."""
+    if resume and path and Path(path).exists():
+        load(path)
 
 
 def write_json(path: str | os.PathLike, payload: dict) -> None:

@@ -14,18 +14,21 @@ references/; the repository by default in the CLI):
   the workbench's check), which skip themselves where nvcc or a GPU is missing.
 
 A name must be a lower-case identifier (it names a folder, a Python module and a CUDA kernel)
-that no file of the project uses yet; `force=True` overwrites the four files. Each file is
-written atomically (a temporary name in its folder, then renamed).
+that no file of the project uses yet; `force=True` overwrites the four files of a family that
+`new` made before (to start it again), never a family that has more versions than the scaffold's,
+a contract `new` did not write, or files git tracks: a family the project ships is refused. Each
+file is written atomically (a temporary name in its folder, then renamed).
 """
 
 from __future__ import annotations
 
 import keyword
 import re
+import subprocess
 from pathlib import Path
 from string import Template
 
-from .errors import WorkbenchError
+from .errors import UsageError
 from .family import VERSION_FILE, Project
 from .files import write_text_atomic
 
@@ -160,10 +163,10 @@ def test_version_1_passes_on_the_gpu():
 def check_name(name: str) -> None:
     """A one-line WorkbenchError unless `name` can name a family (folder, module and kernel)."""
     if not NAME.fullmatch(name or ""):
-        raise WorkbenchError(f"bad family name {name!r}: use a lower-case identifier "
+        raise UsageError(f"bad family name {name!r}: use a lower-case identifier "
                              f"(letters, digits, underscores; a letter first), e.g. scale_shift")
     if keyword.iskeyword(name) or name in RESERVED:
-        raise WorkbenchError(f"bad family name {name!r}: it is reserved "
+        raise UsageError(f"bad family name {name!r}: it is reserved "
                              f"({'a Python keyword' if keyword.iskeyword(name) else 'kernels/' + name + '/ is not a family'})")
 
 
@@ -188,6 +191,38 @@ def conflicts(root: Path, name: str, force: bool) -> list[Path]:
     return found
 
 
+def tracked_by_git(root: Path, paths: list[Path]) -> list[Path]:
+    """Those of `paths` that git tracks in the repository holding `root` (none outside one)."""
+    try:
+        done = subprocess.run(["git", "ls-files", "-z", "--", *(str(p.relative_to(root)) for p in paths)],
+                              cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    listed = set(filter(None, done.stdout.split("\0"))) if done.returncode == 0 else set()
+    return [p for p in paths if p.relative_to(root).as_posix() in listed]
+
+
+def not_a_scaffold(root: Path, name: str) -> str | None:
+    """Why the existing files of `name` are not a family `new` made (so --force may not replace
+    them), or None: more versions than the scaffold's, a contract `new` did not write, files git
+    tracks."""
+    folder = root / "kernels" / name
+    versions = sorted(p.name for p in folder.glob("*.cu") if p.name != "1_naive.cu" and VERSION_FILE.match(p.name))
+    if versions:
+        return f"kernels/{name}/ holds versions `new` did not write ({', '.join(versions)})"
+    existing = [p for p in planned_files(root, name) if p.exists()]
+    if not existing:
+        return None
+    if tracked := tracked_by_git(root, existing):
+        return f"git tracks {tracked[0].relative_to(root).as_posix()}"
+    toml = folder / "family.toml"
+    if not toml.exists():
+        return f"{existing[0].relative_to(root).as_posix()} exists without a family `new` made"
+    if f"written by `workbench new {name}`" not in toml.read_text(errors="replace"):
+        return f"kernels/{name}/family.toml was not written by `workbench new`"
+    return None
+
+
 def write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, text)
@@ -201,8 +236,12 @@ def scaffold(root: Path, name: str, force: bool = False) -> list[Path]:
     if in_the_way:
         shown = in_the_way[0].relative_to(root)
         why = "claims version 1 already" if in_the_way[0].suffix == ".cu" else "exists already"
-        hint = "" if force or why != "exists already" else " (--force overwrites the new family's files)"
-        raise WorkbenchError(f"cannot create family {name!r}: {shown} {why}{hint}")
+        hint = "" if force or why != "exists already" or not_a_scaffold(root, name) \
+            else " (--force overwrites the new family's files)"
+        raise UsageError(f"cannot create family {name!r}: {shown} {why}{hint}")
+    if force and (why := not_a_scaffold(root, name)):
+        raise UsageError(f"cannot replace family {name!r}: {why}; --force only replaces the files of a "
+                         f"family that `workbench new` made, never one that existed before")
     files = planned_files(root, name)
     for path, text in files.items():
         write_atomically(path, text)
