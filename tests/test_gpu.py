@@ -24,7 +24,7 @@ def check_session(request):
     with Session(PROJECT, Options(time=False, seeds=3, timeout=300)) as s:
         # as bench does: the families' references and their versions' compiles in the background,
         # in the order the tests ask for them (one at a time, the suite outlasted 10 minutes)
-        s.prepare_cases([(fam, p) for fam in families for p in fam.precision_names()
+        s.store.prepare([(fam, p) for fam in families for p in fam.precision_names()
                          if any(v.precision == p for v in fam.versions)])
         s.start_compiles([v for fam in families for v in fam.versions])
         yield s
@@ -33,9 +33,9 @@ def check_session(request):
 @pytest.mark.parametrize("family, number", VERSIONS, ids=[f"{f}-{n}" for f, n in VERSIONS])
 def test_every_version_passes_at_default_and_test_sizes(check_session, family, number):
     v = PROJECT.family(family).version(number)
-    done = [f for f in {c[0] for c in check_session._cases} if f != family]
+    done = [f for f in {c[0] for c in check_session.store._cases} if f != family]
     for name in done:  # the tests go family by family: a finished family's cases leave the disk
-        check_session.drop_cases(PROJECT.family(name))
+        check_session.store.drop(PROJECT.family(name))
     row = check_session.run_version(v)
     assert row.status == "passed", f"{v.label}: {row.status}: {row.reason} {row.failures[:1]}"
     assert len(row.check.sizes) >= 2, "checked at the default and at least one test size"
@@ -144,10 +144,10 @@ def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_res
     family = project.family("scale")
     with Session(project, Options(timeout=60, torch=False)) as s:
         paths = s.cases(family, s.sizes_for(family))
-        staged = s.staged(family, "fp32", paths)
+        staged = s.staging.share(family, "fp32", paths)
         assert staged is not None and set(staged["cases"]) == set(paths)
         clean = Row("version", "scale", 1, status="passed")
-        s._check_staged(paths, clean)
+        s.staging.verify(paths, clean)
         assert clean.status == "passed", clean.reason
         opened = Opened({"bundles": staged["bundles"], "cases": {paths[0]: staged["cases"][paths[0]]}})
         (ptr, nbytes), = opened.pointers[paths[0]]["in"].values()
@@ -155,10 +155,10 @@ def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_res
         drv.Context.synchronize()
         opened.close()
         culprit = Row("version", "scale", 2, status="passed")
-        s._check_staged(paths, culprit)
+        s.staging.verify(paths, culprit)
         assert culprit.status == "failed" and "changed the shared reference case" in culprit.reason
         after = Row("version", "scale", 1, status="passed")
-        s._check_staged(paths, after)
+        s.staging.verify(paths, after)
         assert after.status == "passed", "the owner uploaded the case again, in place"
         row = s.run_version(family.version(1))
         assert row.status == "passed", (row.reason, row.failures[:1])

@@ -44,7 +44,7 @@ def test_a_long_lived_child_answers_every_job_itself():
 
 def test_a_jobs_hand_offs_are_timed_on_both_sides():
     import time
-    from workbench.bench import hand_offs
+    from workbench.ledger import hand_offs
     from workbench.results import Row
     server = Server(jobs_per_child=1)  # none started ahead: this job waits for its child's start
     try:

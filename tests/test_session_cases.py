@@ -14,18 +14,18 @@ def test_a_dropped_familys_case_files_are_deleted_by_the_time_the_session_closes
     project = Project(FIXTURES / "project")
     family = project.family("scale")
     with Session(project, Options(seeds=1, time=False, stage=False)) as session:
-        tmp = session._tmp
+        tmp = session.store.folder
         mine = [tmp / "scale-a", tmp / "scale-b"]
         other = tmp / "other-a"
         for folder in (*mine, other):
             folder.mkdir()
             (folder / "x.npy").write_bytes(b"\0" * 4096)
-        session._cases[("scale", "fp32", (), (), 1, True)] = [str(p) for p in mine]
-        session._cases[("other", "fp32", (), (), 1, True)] = [str(other)]
-        session.drop_cases(family)
-        assert not any(k[0] == "scale" for k in session._cases)  # forgotten at once
-        assert ("other", "fp32", (), (), 1, True) in session._cases
-        session._deleter.shutdown(wait=True)
+        session.store._cases[("scale", "fp32", (), (), 1, True)] = [str(p) for p in mine]
+        session.store._cases[("other", "fp32", (), (), 1, True)] = [str(other)]
+        session.store.drop(family)
+        assert not any(k[0] == "scale" for k in session.store._cases)  # forgotten at once
+        assert ("other", "fp32", (), (), 1, True) in session.store._cases
+        session.store._deleter.shutdown(wait=True)
         assert not any(p.exists() for p in mine)
         assert other.exists()  # another family's cases are left alone
     assert not Path(tmp).exists()
@@ -37,10 +37,10 @@ def test_the_references_computed_in_the_background_pool_equal_the_same_cases_mad
     project = Project(FIXTURES / "project")
     family = project.family("scale")
     with Session(project, Options(seeds=2, time=False, stage=False)) as session:
-        session.prepare_cases([(family, "fp32")])
+        session.store.prepare([(family, "fp32")])
         paths = session.cases(family, session.sizes_for(family))
         # its workers come from a fork server: no copy of this process's threads or pipes
-        assert session._pool._mp_context.get_start_method() == "forkserver"
+        assert session.store._pool._mp_context.get_start_method() == "forkserver"
         assert len(paths) >= 3
         for path in (paths[0], paths[-1]):
             got = load_case(path)
@@ -54,15 +54,15 @@ def test_closing_a_session_kills_the_reference_work_under_way_instead_of_waiting
     import time
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
-    from workbench.bench import _POOL_START
+    from workbench.pools import POOL_START
     project = Project(FIXTURES / "project")
     session = Session(project, Options(seeds=1, time=False, stage=False))
-    session._pool = ProcessPoolExecutor(max_workers=2, mp_context=_POOL_START)
-    running = [session._pool.submit(time.sleep, 60) for _ in range(2)]
-    queued = session._pool.submit(time.sleep, 60)
+    session.store._pool = ProcessPoolExecutor(max_workers=2, mp_context=POOL_START)
+    running = [session.store._pool.submit(time.sleep, 60) for _ in range(2)]
+    queued = session.store._pool.submit(time.sleep, 60)
     while not all(f.running() for f in running):
         time.sleep(0.05)
-    pids = list(session._pool._processes)
+    pids = list(session.store._pool._processes)
     t0 = time.perf_counter()
     session.close()
     assert time.perf_counter() - t0 < 15  # the sleeps had a minute left
@@ -91,40 +91,40 @@ def _project_of_scales(root: Path, names: list[str]) -> Project:
 
 
 def test_the_references_run_ahead_only_as_far_as_the_case_budget_and_every_group_still_comes(tmp_path):
-    from workbench.bench import estimated_case_bytes
+    from workbench.cases import estimated_case_bytes
     project = _project_of_scales(tmp_path, ["sa", "sb", "sc"])
     families = [project.family(n) for n in ("sa", "sb", "sc")]
     with Session(project, Options(seeds=1, time=False, stage=False)) as session:
-        one = estimated_case_bytes(families[0], "fp32", session._case_plan(families[0], session.sizes_for(families[0]), "fp32")[1])
-        session.case_budget = one + one // 2  # room for one group's cases, not two
-        session.prepare_cases([(f, "fp32") for f in families])
-        assert [k[0] for k in session._pending] == ["sa"]  # the first always starts
-        assert [q[0][0] for q in session._queued] == ["sb", "sc"]
+        one = estimated_case_bytes(families[0], "fp32", session.store.plan(families[0], session.sizes_for(families[0]), "fp32")[1])
+        session.store.budget = one + one // 2  # room for one group's cases, not two
+        session.store.prepare([(f, "fp32") for f in families])
+        assert [k[0] for k in session.store._pending] == ["sa"]  # the first always starts
+        assert [q[0][0] for q in session.store._queued] == ["sb", "sc"]
         seen = []
-        for family, precision in session._ready_first([(f, "fp32") for f in families]):
+        for family, precision in session.store.ready_first([(f, "fp32") for f in families]):
             paths = session.cases(family, session.sizes_for(family))
             assert paths and all(Path(p).exists() for p in paths)
-            assert session._held_bytes() <= session.case_budget  # never two groups on disk at once
+            assert session.store.held_bytes() <= session.store.budget  # never two groups on disk at once
             seen.append(family.name)
-            session.drop_cases(family)
-        assert seen == ["sa", "sb", "sc"] and not session._queued
+            session.store.drop(family)
+        assert seen == ["sa", "sb", "sc"] and not session.store._queued
 
 
 def test_a_group_asked_for_before_its_turn_starts_at_once(tmp_path):
     project = _project_of_scales(tmp_path, ["sa", "sb"])
     sa, sb = project.family("sa"), project.family("sb")
     with Session(project, Options(seeds=1, time=False, stage=False)) as session:
-        session.case_budget = 1  # nothing fits beside a started group
-        session.prepare_cases([(sa, "fp32"), (sb, "fp32")])
-        assert [q[0][0] for q in session._queued] == ["sb"]
+        session.store.budget = 1  # nothing fits beside a started group
+        session.store.prepare([(sa, "fp32"), (sb, "fp32")])
+        assert [q[0][0] for q in session.store._queued] == ["sb"]
         paths = session.cases(sb, session.sizes_for(sb))  # sa's cases still held
-        assert paths and not session._queued
+        assert paths and not session.store._queued
         assert Path(paths[0], "meta.json").exists()
 
 
 def test_the_case_estimate_is_what_build_cases_writes(tmp_path):
     import numpy as np
-    from workbench.bench import build_cases, estimated_case_bytes
+    from workbench.cases import build_cases, estimated_case_bytes
     project = Project(FIXTURES / "project")
     family = project.family("scale")
     plan = [({"N": 1000}, 0), ({"N": 33}, 1)]

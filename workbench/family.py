@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import importlib.util
 import math
+import os
 import re
 import sys
 import tomllib
@@ -251,7 +252,22 @@ class Family:
                 if sizes[key] < 1:
                     raise SizesError(f"bad --sizes entry {part!r}: sizes must be positive")
         self.check_sizes(sizes)
+        if text:
+            self.check_memory(sizes)
         return sizes
+
+    def check_memory(self, sizes: Mapping[str, int]) -> None:
+        """A SizesError if one case at `sizes` cannot fit this machine's memory: the reference holds
+        a float64 copy of every argument on the host (a lower bound: the device copies come on top)."""
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):
+            return
+        needs = 8 * sum(_prod(self.shape(a, sizes)) for a in self.args)
+        if memory > 0 and needs > memory:
+            raise SizesError(f"{self.name} at {self.format_sizes(sizes)}: one case needs {needs / 2**30:,.0f} GiB "
+                             f"of host memory at least (a float64 copy of every argument), this machine has "
+                             f"{memory / 2**30:,.0f} GiB")
 
     def check_sizes(self, sizes: Mapping[str, int]) -> None:
         missing = [s for s in self.sizes if s not in sizes]
@@ -390,7 +406,35 @@ def _arg(a: Any, w: str) -> Arg:
 
 
 def load_family(project: "Project", path: Path) -> Family:
+    """The family in folder `path`, read from its family.toml and checked whole (ContractError
+    naming the file and what is wrong): its fields and arguments, its size tables, every
+    expression's names, its other precisions, and its own sizes against its preconditions."""
     where = f"{path / 'family.toml'}"
+    data = _read_contract(path, where)
+    fam = _new_family(project, path, data, where)
+    _add_size_tables(fam, data, where)
+    # Validate every expression now, so a typo is reported at load and not mid-benchmark.
+    known = set(fam.sizes) | set(fam.derived) | set(fam.params) | DEVICE_NAMES
+    for text in [*fam.derived.values(), *fam.preconditions, fam.bytes, *(a.shape for a in fam.args),
+                 *([fam.flops] if fam.flops else [])]:
+        unknown = expr.names(str(text)) - known
+        if unknown:
+            raise ContractError(f"{where}: expression {text!r} uses unknown name(s) "
+                                f"{', '.join(sorted(unknown))}")
+    for name in fam.torch_outputs:
+        fam.arg(name)
+    for pname, spec in _want(data, "precisions", dict, where, {}).items():
+        _add_precision(fam, pname, spec, known, f"{where} [precisions.{pname}]")
+    for sz in (fam.default_sizes, *fam.test_sizes):
+        try:
+            fam.check_sizes(sz)
+        except SizesError as e:
+            raise ContractError(f"{where}: {e}") from None
+    return fam
+
+
+def _read_contract(path: Path, where: str) -> dict[str, Any]:
+    """The family folder's family.toml as a table, its keys the contract's own."""
     try:
         data = tomllib.loads((path / "family.toml").read_text())
     except tomllib.TOMLDecodeError as e:
@@ -400,6 +444,12 @@ def load_family(project: "Project", path: Path) -> Family:
     _no_extra(data, {"title", "summary", "sizes", "derived", "params", "default_sizes",
                      "test_sizes", "preconditions", "tolerance", "bytes", "flops", "torch",
                      "torch_outputs", "reference", "prepare", "args", "seeds", "precisions"}, where)
+    return data
+
+
+def _new_family(project: "Project", path: Path, data: dict[str, Any], where: str) -> Family:
+    """The Family from the contract's fields: its sizes' names, tolerance and arguments checked
+    (unique names, an output at least); its size tables not yet read."""
     sizes = tuple(_want(data, "sizes", list, where))
     if not sizes or not all(isinstance(s, str) and s.isidentifier() for s in sizes):
         raise ContractError(f"{where}: 'sizes' must list the size parameters' names")
@@ -412,7 +462,7 @@ def load_family(project: "Project", path: Path) -> Family:
     if not any(a.is_output for a in args):
         raise ContractError(f"{where}: the op has no output argument")
     params = dict(_want(data, "params", dict, where, {}))
-    fam = Family(
+    return Family(
         name=path.name, path=path, project=project,
         title=_want(data, "title", str, where), summary=_want(data, "summary", str, where, ""),
         sizes=sizes, derived=dict(_want(data, "derived", dict, where, {})), params=params,
@@ -429,54 +479,45 @@ def load_family(project: "Project", path: Path) -> Family:
         args=tuple(args),
         seeds=tuple(_want(data, "seeds", list, where, [0, 1, 2])),
     )
-    fam.default_sizes = _sizes_table(_want(data, "default_sizes", dict, where), sizes,
+
+
+def _add_size_tables(fam: Family, data: dict[str, Any], where: str) -> None:
+    """The family's default sizes and its test sizes (one set at least), each naming every size."""
+    fam.default_sizes = _sizes_table(_want(data, "default_sizes", dict, where), fam.sizes,
                                      f"{where} default_sizes")
     tests = _want(data, "test_sizes", list, where)
     if not tests:
         raise ContractError(f"{where}: 'test_sizes' must list at least one size set")
-    fam.test_sizes = [_sizes_table(t, sizes, f"{where} test_sizes[{i}]") for i, t in enumerate(tests)]
-    # Validate every expression now, so a typo is reported at load and not mid-benchmark.
-    known = set(sizes) | set(fam.derived) | set(params) | DEVICE_NAMES
-    for text in [*fam.derived.values(), *fam.preconditions, fam.bytes, *(a.shape for a in args),
-                 *([fam.flops] if fam.flops else [])]:
-        unknown = expr.names(str(text)) - known
+    fam.test_sizes = [_sizes_table(t, fam.sizes, f"{where} test_sizes[{i}]") for i, t in enumerate(tests)]
+
+
+def _add_precision(fam: Family, pname: str, spec: Any, known: set[str], w: str) -> None:
+    """One [precisions.<name>] table: the arguments it changes to another float type, its extra
+    outputs, its tolerance, bytes and torch expression."""
+    if pname not in PRECISIONS or pname == "fp32":
+        raise ContractError(f"{w}: precision must be one of {', '.join(p for p in PRECISIONS if p != 'fp32')}")
+    if not isinstance(spec, dict):
+        raise ContractError(f"{w}: expected a table with args and tolerance")
+    _no_extra(spec, {"args", "tolerance", "bytes", "torch", "extra"}, w)
+    extra = tuple(_arg(a, f"{w} extra[{i}]") for i, a in enumerate(_want(spec, "extra", list, w, [])))
+    if any(a.is_input for a in extra) or {a.name for a in extra} & {a.name for a in fam.args}:
+        raise ContractError(f"{w}: extra arguments are new outputs (role out), not inputs or existing names")
+    changed = _want(spec, "args", (list, dict), w)
+    changed = {n: pname for n in changed} if isinstance(changed, list) else dict(changed)
+    for n, dt in changed.items():
+        arg = fam.arg(n)
+        if arg.dtype not in FLOAT_DTYPES or dt not in FLOAT_DTYPES:
+            raise ContractError(f"{w}: only float arguments change type; {n} is {arg.dtype}, asked {dt}")
+    ptol = _want(spec, "tolerance", dict, w)
+    _no_extra(ptol, {"atol", "rtol"}, f"{w} tolerance")
+    fam.precisions[pname] = Precision(
+        pname, changed, atol=float(_want(ptol, "atol", (int, float), w)), rtol=float(_want(ptol, "rtol", (int, float), w)),
+        bytes=None if "bytes" not in spec else str(spec["bytes"]), torch=_want(spec, "torch", str, w, None),
+        extra=extra)
+    if fam.precisions[pname].bytes:
+        unknown = expr.names(fam.precisions[pname].bytes) - known
         if unknown:
-            raise ContractError(f"{where}: expression {text!r} uses unknown name(s) "
-                                f"{', '.join(sorted(unknown))}")
-    for name in fam.torch_outputs:
-        fam.arg(name)
-    for pname, spec in _want(data, "precisions", dict, where, {}).items():
-        w = f"{where} [precisions.{pname}]"
-        if pname not in PRECISIONS or pname == "fp32":
-            raise ContractError(f"{w}: precision must be one of {', '.join(p for p in PRECISIONS if p != 'fp32')}")
-        if not isinstance(spec, dict):
-            raise ContractError(f"{w}: expected a table with args and tolerance")
-        _no_extra(spec, {"args", "tolerance", "bytes", "torch", "extra"}, w)
-        extra = tuple(_arg(a, f"{w} extra[{i}]") for i, a in enumerate(_want(spec, "extra", list, w, [])))
-        if any(a.is_input for a in extra) or {a.name for a in extra} & {a.name for a in args}:
-            raise ContractError(f"{w}: extra arguments are new outputs (role out), not inputs or existing names")
-        changed = _want(spec, "args", (list, dict), w)
-        changed = {n: pname for n in changed} if isinstance(changed, list) else dict(changed)
-        for n, dt in changed.items():
-            arg = fam.arg(n)
-            if arg.dtype not in FLOAT_DTYPES or dt not in FLOAT_DTYPES:
-                raise ContractError(f"{w}: only float arguments change type; {n} is {arg.dtype}, asked {dt}")
-        ptol = _want(spec, "tolerance", dict, w)
-        _no_extra(ptol, {"atol", "rtol"}, f"{w} tolerance")
-        fam.precisions[pname] = Precision(
-            pname, changed, atol=float(_want(ptol, "atol", (int, float), w)), rtol=float(_want(ptol, "rtol", (int, float), w)),
-            bytes=None if "bytes" not in spec else str(spec["bytes"]), torch=_want(spec, "torch", str, w, None),
-            extra=extra)
-        if fam.precisions[pname].bytes:
-            unknown = expr.names(fam.precisions[pname].bytes) - known
-            if unknown:
-                raise ContractError(f"{w}: bytes uses unknown name(s) {', '.join(sorted(unknown))}")
-    for sz in (fam.default_sizes, *fam.test_sizes):
-        try:
-            fam.check_sizes(sz)
-        except SizesError as e:
-            raise ContractError(f"{where}: {e}") from None
-    return fam
+            raise ContractError(f"{w}: bytes uses unknown name(s) {', '.join(sorted(unknown))}")
 
 
 def _exprs(value: Any, where: str) -> tuple[str, ...]:

@@ -434,99 +434,141 @@ def shared_tools() -> tuple[Any, Any]:
 def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: Callable[[Case], dict],
             options: dict, report: Callable[[str], None], row: Row) -> Row:
     """Check, time, re-check one provider; fills `row` as it goes (the worker flushes it to disk
-    at every phase, so a crash or a timeout still says how far it got)."""
+    at every phase, so a crash or a timeout still says how far it got). The steps are _RowSteps'."""
     import pycuda.driver as drv
-    from .launch import LaunchConfigError
-    from .timing import measure
 
     stream = drv.Stream()
     comparer, l2flush = shared_tools()
     checker = Checker(provider, row, comparer)
     configs = provider.configs()
-    failed = False
     report("check")
-    clock = [time.perf_counter()]
-
-    def spent(phase: str) -> None:  # where a row's seconds go: check, time, re-check
-        now = time.perf_counter()
-        row.phases[phase] = row.phases.get(phase, 0.0) + now - clock[0]
-        clock[0] = now
-    skipped: list[dict] = []
+    steps = _RowSteps(provider, row, checker, stream, report)
     timing = options.get("time", True)
-    kept = None  # the timed case's buffers, kept for timing: uploading 3 GB twice costs seconds
     try:
+        failed = steps.check(cases, configs, shapes_of, keep_timed=timing)
+        usable = [c for c in configs if c not in row.unusable_block_sizes]
+        if steps.ends_before_timing(usable, failed, cases[0]):
+            return row
+        if timing:
+            steps.time(usable, cases[0], shapes_of, options, l2flush if options.get("flush", True) else None)
+            if not steps.recheck(usable):
+                return row
+    finally:
+        steps.free_kept()
+    row.status = "passed"
+    return row
+
+
+class _RowSteps:
+    """run_row's steps on one provider's row, each filling the row: check at every case and
+    configuration, then (when it may be timed) time every configuration and re-check; a row's
+    seconds go to its phases (check, time, re-check). The timed case's buffers are kept from the
+    check for the timing (uploading 3 GB twice costs seconds) and freed by free_kept, whichever
+    way the row ends."""
+
+    def __init__(self, provider: Provider, row: Row, checker: Checker, stream, report: Callable[[str], None]):
+        self.p, self.row, self.checker, self.stream, self.report = provider, row, checker, stream, report
+        self.kept: CaseBuffers | None = None  # the timed case's buffers
+        self._clock = time.perf_counter()
+
+    def spent(self, phase: str) -> None:  # where a row's seconds go: check, time, re-check
+        now = time.perf_counter()
+        self.row.phases[phase] = self.row.phases.get(phase, 0.0) + now - self._clock
+        self._clock = now
+
+    def check(self, cases: list[Case], configs: list, shapes_of: Callable[[Case], dict], keep_timed: bool) -> bool:
+        """Check every case the provider can run at every configuration that launches; the
+        cases it cannot run are the row's skipped sizes, the configurations that cannot launch
+        its unusable block sizes. True when a check failed."""
+        from .launch import LaunchConfigError
+        failed = False
+        skipped: list[dict] = []
         for case in cases:
-            unmet = provider.unmet(case.sizes)
+            unmet = self.p.unmet(case.sizes)
             if unmet:
                 if case.sizes not in [s["sizes"] for s in skipped]:
                     skipped.append({"sizes": case.sizes, "requires": unmet})
                 continue
-            bufs = CaseBuffers(provider.args(), shapes_of(case), case)
-            if timing and case is cases[0]:
-                kept = bufs
+            bufs = CaseBuffers(self.p.args(), shapes_of(case), case)
+            if keep_timed and case is cases[0]:
+                self.kept = bufs
             try:
                 for config in configs:
-                    if config in row.unusable_block_sizes:
+                    if config in self.row.unusable_block_sizes:
                         continue
-                    report(f"check {case.label}" + (f" block size {config}" if config is not None else ""))
+                    self.report(f"check {case.label}" + (f" block size {config}" if config is not None else ""))
                     try:
-                        failed |= not checker(bufs, config, "before timing", stream)
+                        failed |= not self.checker(bufs, config, "before timing", self.stream)
                     except LaunchConfigError as e:
-                        row.unusable_block_sizes[config] = str(e)
+                        self.row.unusable_block_sizes[config] = str(e)
             finally:
-                if bufs is not kept:
+                if bufs is not self.kept:
                     bufs.free()
-        row.skipped_sizes = skipped
-        spent("check")
-        usable = [c for c in configs if c not in row.unusable_block_sizes]
+        self.row.skipped_sizes = skipped
+        self.spent("check")
+        return failed
+
+    def ends_before_timing(self, usable: list, failed: bool, timed: Case) -> bool:
+        """The row's end when no configuration launches, a check failed or the timed size is
+        one the provider cannot run (its status and reason set); False when it goes on."""
+        row = self.row
         if not usable:
             row.status, row.reason = "failed", "no block size can be launched: " + "; ".join(row.unusable_block_sizes.values())
-            return row
+            return True
         if failed:
             row.status = "failed"
-            return row
-        timed = cases[0]
-        if provider.unmet(timed.sizes):
-            row.status, row.reason = "refused", f"requires {' and '.join(provider.unmet(timed.sizes))}"
-            return row
-        if timing:
-            flush = l2flush if options.get("flush", True) else None
-            bufs = kept = kept or CaseBuffers(provider.args(), shapes_of(timed), timed)
-            budget = float(options.get("budget", 0.3))
-            screen = options.get("screen", True) and len(usable) > FINALISTS
-            raw, carried = {}, {}
-            for config in usable:
-                report("time" + (f" block size {config}" if config is not None else ""))
-                bufs.with_scratch(provider.scratch(timed.sizes, config))
-                bufs.reset()
-                launch, _ = provider.prepare(bufs, config)
-                raw[config] = measure(launch, stream, flush, budget_s=budget * SCREEN_FRACTION if screen else budget,
-                                      min_reps=9 if screen else 15, carry=carried.setdefault(config, {}))
-            if screen:
-                best = min(t.median_us for t in raw.values())
-                near = [c for c in sorted(raw, key=lambda c: raw[c].median_us) if raw[c].median_us <= NEAR * best]
-                for config in near[:FINALISTS]:  # the rest of the budget, added to its screening samples
-                    report(f"time block size {config} (front-runner, full budget)")
-                    bufs.with_scratch(provider.scratch(timed.sizes, config))
-                    bufs.reset()
-                    launch, _ = provider.prepare(bufs, config)
-                    raw[config] = measure(launch, stream, flush, budget_s=budget * (1 - SCREEN_FRACTION),
-                                          carry=carried[config])
-            row.launches = provider.described()
-            nbytes, flops, ceiling = options["bytes"], options.get("flops"), options["ceiling_gbps"]
-            row.timings = {c: Measured.of(c, t, nbytes, flops, ceiling) for c, t in raw.items()}
-            spent("time")
-            report("re-check after timing")
-            for config in usable if provider.recheck_after_timing else []:
-                if not checker(bufs, config, "after timing", stream):
-                    row.status, row.reason = "failed", "passed before timing but failed after it"
-                    return row
-            spent("re-check")
-    finally:
-        if kept is not None:  # the timed case's buffers, whichever way the row ended
-            kept.free()
-    row.status = "passed"
-    return row
+            return True
+        if self.p.unmet(timed.sizes):
+            row.status, row.reason = "refused", f"requires {' and '.join(self.p.unmet(timed.sizes))}"
+            return True
+        return False
+
+    def time(self, usable: list, timed: Case, shapes_of: Callable[[Case], dict], options: dict, flush) -> None:
+        """Time every usable configuration at the timed case (briefly, when screening), then the
+        front-runners with the rest of the budget; the row's launches and timings."""
+        bufs = self.kept = self.kept or CaseBuffers(self.p.args(), shapes_of(timed), timed)
+        budget = float(options.get("budget", 0.3))
+        screen = options.get("screen", True) and len(usable) > FINALISTS
+        raw, carried = {}, {}
+        for config in usable:
+            self.report("time" + (f" block size {config}" if config is not None else ""))
+            raw[config] = self._measure(bufs, timed, config, flush, carried.setdefault(config, {}),
+                                        budget_s=budget * SCREEN_FRACTION if screen else budget,
+                                        min_reps=9 if screen else 15)
+        if screen:
+            best = min(t.median_us for t in raw.values())
+            near = [c for c in sorted(raw, key=lambda c: raw[c].median_us) if raw[c].median_us <= NEAR * best]
+            for config in near[:FINALISTS]:  # the rest of the budget, added to its screening samples
+                self.report(f"time block size {config} (front-runner, full budget)")
+                raw[config] = self._measure(bufs, timed, config, flush, carried[config],
+                                            budget_s=budget * (1 - SCREEN_FRACTION))
+        self.row.launches = self.p.described()
+        nbytes, flops, ceiling = options["bytes"], options.get("flops"), options["ceiling_gbps"]
+        self.row.timings = {c: Measured.of(c, t, nbytes, flops, ceiling) for c, t in raw.items()}
+        self.spent("time")
+
+    def _measure(self, bufs: CaseBuffers, timed: Case, config, flush, carry: dict, **how):
+        """One configuration timed from fresh buffers (timing.measure, going on from `carry`)."""
+        from .timing import measure
+        bufs.with_scratch(self.p.scratch(timed.sizes, config))
+        bufs.reset()
+        launch, _ = self.p.prepare(bufs, config)
+        return measure(launch, self.stream, flush, carry=carry, **how)
+
+    def recheck(self, usable: list) -> bool:
+        """Check every usable configuration again after timing (for the providers that ask for
+        it); False, the row failed, when one fails now."""
+        self.report("re-check after timing")
+        for config in usable if self.p.recheck_after_timing else []:
+            if not self.checker(self.kept, config, "after timing", self.stream):
+                self.row.status, self.row.reason = "failed", "passed before timing but failed after it"
+                return False
+        self.spent("re-check")
+        return True
+
+    def free_kept(self) -> None:
+        if self.kept is not None:  # the timed case's buffers, whichever way the row ended
+            self.kept.free()
 
 
 def shapes_for(args: Sequence[Arg], env_of: Callable[[dict], dict]) -> Callable[[Case], dict]:

@@ -1,0 +1,62 @@
+"""The child processes a bench session runs its rows in (isolate.Server): `Children` owns the
+versions' children (a fresh one per version, STANDBY started ahead, finished ones kept idle up to
+LINGER and let go together: release, then settle before the next version runs) and the
+baselines' one long-lived child (torch imported as it starts)."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+from .isolate import Server
+from .ledger import Ledger
+from .options import Options
+
+# Version children started ahead: a child's start (interpreter, imports, CUDA context) takes about
+# as long as a typical version's check and timing, so one started ahead still kept the GPU waiting.
+STANDBY = 2
+# Version children done with their job, kept idle and let go together after the family's versions
+# (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
+LINGER = 12
+
+
+class Children:
+    """The versions' server and the baselines' server, each started on first use."""
+
+    def __init__(self, options: Options, ledger: Ledger):
+        self.options, self.ledger = options, ledger
+        self._baselines: Server | None = None  # the baselines' long-lived child
+        self._versions: Server | None = None   # a fresh child per version, STANDBY of them started ahead
+
+    def versions(self) -> Server:
+        """Children for the versions, a fresh one per version, STANDBY of them started ahead."""
+        if self._versions is None:
+            self._versions = Server(jobs_per_child=1, standby=STANDBY, linger=LINGER).start()
+        return self._versions
+
+    def baselines(self) -> Server:
+        """The baselines' long-lived child, started on first use; torch is imported as it starts
+        (when the session times against torch), so that cost overlaps the caller's next work."""
+        if self._baselines is None:
+            torch = self.options.time and self.options.torch and importlib.util.find_spec("torch") is not None
+            self._baselines = Server(preload=("torch",) if torch else ()).start()
+        return self._baselines
+
+    def release(self) -> None:
+        """Let the finished version children go, all at once (see LINGER); their exits are waited
+        for before the next version runs (settle), so whatever comes first overlaps them."""
+        if self._versions is not None:
+            self._versions.release(wait=False)
+
+    def settle(self) -> None:
+        """Wait for the version children let go to have ended (none may tear down beside a job)."""
+        if self._versions is not None:
+            t0 = time.perf_counter()
+            self._versions.settle()
+            self.ledger.spent("releasing finished children", t0)
+
+    def close(self) -> None:
+        """Close the baselines' child, then the versions' (each lets its children go)."""
+        for server in (self._baselines, self._versions):
+            if server is not None:
+                server.close()

@@ -1,0 +1,42 @@
+"""What a bench session was asked for (`Options`, one object shared by the session and all its
+parts, so a loop that changes an option for a while changes it for every part), and the
+`Progress` callback the session reports through. bench.py re-exports both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .family import Family
+from .isolate import DEFAULT_TIMEOUT
+
+
+@dataclass
+class Options:
+    sizes: str | None = None            # "B=4,T=2048" over the family's defaults
+    block_sizes: list[int] | None = None
+    seed: int = 0
+    seeds: int = 3
+    test_sizes: bool = True             # also check at the family's (odd) test sizes
+    timeout: float = DEFAULT_TIMEOUT
+    budget: float = 0.3                 # seconds of timing per block size (front-runners)
+    torch: bool = True
+    flush: bool = True
+    time: bool = True                   # False: check only
+    screen: bool = True                 # time every block size briefly, the front-runners fully
+    stage: bool = True                  # upload each family's cases once, shared by its versions (staging.py)
+
+    def sizes_for(self, family: Family) -> dict[str, int]:
+        """The family's sizes: its defaults, with `sizes` over them."""
+        return family.parse_sizes(self.sizes)
+
+    def seed_list(self) -> list[int]:
+        """The seeds every case is drawn at: `seeds` of them, from `seed` on (one at least)."""
+        return [self.seed + i for i in range(max(1, self.seeds))]
+
+
+Progress = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    """A Progress that says nothing (the session's default)."""
