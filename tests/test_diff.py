@@ -9,9 +9,9 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from conftest import ROOT
-from workbench import diff as diff_module
+from workbench.cli import diff as diff_module
 from workbench.cli import cli
-from workbench.diff import FileDiff, diff_lines, helpers
+from workbench.cli.diff import FileDiff, diff_lines, helpers
 
 FAMILY = ROOT / "kernels" / "gelu_forward"
 A_PATH, B_PATH = FAMILY / "3_packed128_unrolled.cu", FAMILY / "4_bf16_pack8.cu"

@@ -293,7 +293,7 @@ def test_the_command_line_is_made_from_the_one_description_of_the_options():
     """Every TrainOptions field but `explicit` is one `workbench train` option with the field's
     default; a resumed run's rules (KEPT, CARRIED) come from the same description."""
     import dataclasses
-    from train.commands import train as command
+    from workbench.cli.trainer import train as command
     from train.options import CARRIED, KEPT
     params = {p.name: p for p in command.params}
     fields = {f.name: f for f in dataclasses.fields(TrainOptions) if f.name != "explicit"}

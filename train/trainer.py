@@ -530,7 +530,7 @@ class TrainLoop:
 
 
 def train(run: Run, ui, dist) -> dict:
-    """Run training; `ui` prints (see report.TrainUI), `dist` is the process group
+    """Run training; `ui` prints (see train/ui.py), `dist` is the process group
     (train/distributed.py). Returns a summary dict (also what tests check)."""
     return TrainLoop(run, ui, dist).go()
 

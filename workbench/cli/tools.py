@@ -1,5 +1,5 @@
-"""More verbs of the command line, around the core loop of cli.py: sanitize, doctor, compare,
-plot, new. Thin like cli.py: check the options, call the library, print with report.py."""
+"""The tools around the core loop (kernels.py): sanitize, doctor, compare, plot, new. Thin like
+every verb: check the options, call the library, print with report.py."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from . import report
-from .cli import console, err_console, progress_bar
-from .errors import UsageError
-from .family import Project
+from .. import report
+from ..errors import UsageError
+from ..family import Project
+from .app import console, err_console, progress_bar
 
 
 @click.command()
@@ -37,10 +37,10 @@ def sanitize(project: Project, family, version, tools, parallel, timeout, json_p
     """
     import json
 
-    from .bench import Options, Session, require_pycuda
-    from .cli import writable_file
-    from .files import write_text_atomic
-    from .sanitize import TOOLS, sanitize as run_sanitize, sanitizer, to_json
+    from ..bench import Options, Session, require_pycuda
+    from .app import writable_file
+    from ..files import write_text_atomic
+    from ..sanitize import TOOLS, sanitize as run_sanitize, sanitizer, to_json
     writable_file(json_path, force)
     if version and not family:
         raise UsageError("give FAMILY before VERSION")
@@ -81,11 +81,11 @@ def sanitize(project: Project, family, version, tools, parallel, timeout, json_p
 def doctor(project: Project, measure, refresh):
     """What this machine has (GPU, driver, toolkit, PyCUDA, nvmath, cuDNN frontend, NCCL, mpi4py,
     torch...), each with its version or how to get it, and the ceilings the tables use."""
-    from .doctor import measure as measure_ceilings, software
+    from ..doctor import measure as measure_ceilings, software
     checks = software()
     console.print(report.doctor_table(checks))
     if measure and next(c for c in checks if c.name == "pycuda").ok:
-        from .bench import Options, Session
+        from ..bench import Options, Session
         with Session(project, Options()) as session, err_console.status("measuring the ceilings (cached after)"):
             measured = measure_ceilings(session, refresh)
         console.print(report.ceilings_table(measured))
@@ -105,7 +105,7 @@ def compare(old, new, threshold, same):
     \b
     workbench compare results/h100-bench.json new.json
     """
-    from .compare import check_regressions, compare_files, comparison_report
+    from ..compare import check_regressions, compare_files, comparison_report
     comparison = compare_files(old, new, same=same)
     console.print(comparison_report(comparison, threshold))
     check_regressions(comparison, threshold)
@@ -140,8 +140,8 @@ def plot(results, out_dir):
     workbench plot results/h100-bench.json      into results/h100-bench-plots/
     workbench plot r.json --out /tmp/plots
     """
-    from .results import read_payload
-    from .plot import plot_results
+    from ..results import read_payload
+    from ..plot import plot_results
     payload = read_payload(results)
     if out_dir is None:
         out_dir = str(Path(results).with_name(Path(results).stem + "-plots"))
@@ -158,7 +158,7 @@ def plot(results, out_dir):
 def new_family(project: Project, family, force):
     """Scaffold a new family: its contract, version 1, the NumPy reference and a test, which
     pass their own check. Then: workbench show FAMILY; workbench run FAMILY 1."""
-    from .scaffold import scaffold
+    from ..scaffold import scaffold
     for path in scaffold(project.root, family, force):
         console.print(f"wrote {escape(str(path.relative_to(project.root)))}")
 

@@ -1,8 +1,8 @@
-"""The trainer's verbs of the `workbench` command line: promote, promoted, train, prepro.
+"""The trainer's verbs: promote, promoted (the trainer's kernel set), train, prepro (its inputs).
 
-workbench/cli.py attaches `commands` to its group; they wire the workbench's promote step to the
-trainer's sizes and kernel folder, and run the trainer. Options are checked here, before any GPU
-work, each failure one line naming the option.
+They wire the workbench's promote step to the trainer's sizes and kernel folder, and run the
+trainer (train/). Options are checked before any GPU work, each failure one line naming the
+option; train's options are described once, in train/options.py.
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ from click.core import ParameterSource
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from workbench import report
-from workbench.cli import console, err_console
-from workbench.errors import WorkbenchError
-from workbench.isolate import DEFAULT_TIMEOUT
+from train.backends import KERNELS_DIR
+from train.errors import OptionError
+from train.options import train_options
+from train.ui import TrainUI
 
-from .backends import KERNELS_DIR
-from .errors import OptionError
-from .options import train_options
+from .. import report
+from ..errors import WorkbenchError
+from ..isolate import DEFAULT_TIMEOUT
+from .app import console, err_console
 
 
 def _trainer_sizes(family) -> list[dict[str, int]]:
-    from .model import promotion_sizes
+    from train.model import promotion_sizes
     return promotion_sizes(family.name, family.sizes)
 
 
@@ -56,11 +57,11 @@ def promote(project, family, version, block_size, results, timeout, deterministi
     workbench promote --best results.json            each family's winner from a bench
     workbench promote encoder_backward 3 --deterministic   the stand-in for train --deterministic
     """
-    from workbench import promote as pm
-    from workbench.bench import Options, Session, require_pycuda
-    from workbench.results import load
+    from .. import promote as pm
+    from ..bench import Options, Session, require_pycuda
+    from ..results import load
 
-    from .model import PROMOTION_SHAPES
+    from train.model import PROMOTION_SHAPES
     variant = pm.DETERMINISTIC if deterministic else None
     if results:
         if family or version:
@@ -113,7 +114,7 @@ def promote(project, family, version, block_size, results, timeout, deterministi
 @click.command()
 def promoted():
     """List the trainer's kernels and where each came from."""
-    from workbench.promote import MANIFEST, read_manifest
+    from ..promote import MANIFEST, read_manifest
     manifest = read_manifest(KERNELS_DIR)
     if not manifest["kernels"]:
         raise WorkbenchError(f"nothing promoted yet ({KERNELS_DIR / MANIFEST} is empty)")
@@ -151,11 +152,11 @@ def train(**kw):
     mpirun -np 8 workbench train -b 16 --total-batch 524288 --zero 1
     workbench train -i 'data/text_train_*.bin' -j 'data/text_val_*.bin'     shards from `prepro text`
     """
-    from workbench.bench import require_pycuda
+    from ..bench import require_pycuda
 
-    from .distributed import DRAIN_S, connect, drain_output, launch_from_env
-    from .options import RunComplete, TrainOptions, prepare
-    from .trainer import SilentUI, train as run_training
+    from train.distributed import DRAIN_S, connect, drain_output, launch_from_env
+    from train.options import RunComplete, TrainOptions, prepare
+    from train.trainer import SilentUI, train as run_training
     ctx = click.get_current_context()
     given = {ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT}
     explicit = frozenset(name for name in kw if ctx.get_parameter_source(name) in given)
@@ -168,7 +169,7 @@ def train(**kw):
         return
     require_pycuda()
     dist = connect(launch, run.opts.comm_timeout)
-    summary = run_training(run, report.TrainUI(console) if dist.is_root else SilentUI(), dist)
+    summary = run_training(run, TrainUI(console) if dist.is_root else SilentUI(), dist)
     closed = dist.close()
     stopped = summary.get("stopped")
     code = 0 if not stopped else INTERRUPTED if stopped.startswith("interrupted") else 1
@@ -196,8 +197,8 @@ def prepro_tinyshakespeare_cmd(input_path, out_dir, force):
     """Download tiny Shakespeare (sha256 checked) and tokenize it with GPT-2's BPE into
     tiny_shakespeare_val.bin (32,768 tokens), tiny_shakespeare_train.bin (305,260) and
     gpt2_tokenizer.bin."""
-    from . import prepro as pp
-    from .options import writable_folder
+    from train import prepro as pp
+    from train.options import writable_folder
     writable_folder(out_dir, "--out", create=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   console=err_console, transient=True) as progress:
@@ -226,8 +227,8 @@ def prepro_gpt2_cmd(out_dir, model_name, tokens_path, force):
     """Export GPT-2's weights (needs the hf extra: transformers, torch): gpt2_124M.bin (v3 fp32),
     gpt2_124M_bf16.bin (v5), gpt2_tokenizer.bin and gpt2_124M_debug_state.bin (B=4, T=64: logits,
     loss and every gradient by PyTorch)."""
-    from . import prepro as pp
-    from .options import writable_folder
+    from train import prepro as pp
+    from train.options import writable_folder
     writable_folder(out_dir, "--out", create=False)
     with err_console.status(f"exporting {escape(model_name)} and computing its debug state"):
         written = pp.prepro_gpt2(out_dir, model_name, tokens_path, force=force)
@@ -236,7 +237,7 @@ def prepro_gpt2_cmd(out_dir, model_name, tokens_path, force):
     console.print(report.written_table(written.files))
 
 
-from .prepro import MIN_SHARD_TOKENS, TEXT_SHARD_TOKENS  # noqa: E402  (the text command's defaults)
+from train.prepro import MIN_SHARD_TOKENS, TEXT_SHARD_TOKENS  # noqa: E402  (the text command's defaults)
 
 
 @prepro.command("text", cls=OneLineErrors)
@@ -276,8 +277,8 @@ def prepro_text_cmd(files, out_dir, name, shard_size, val_tokens, force):
 
     from rich.progress import TimeRemainingColumn
 
-    from . import prepro as pp
-    from .options import writable_folder
+    from train import prepro as pp
+    from train.options import writable_folder
     writable_folder(out_dir, "--out", create=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=err_console, transient=True) as progress:

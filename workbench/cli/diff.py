@@ -22,11 +22,11 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from . import report
-from .cli import console
-from .compile import INCLUDE, include_dirs
-from .errors import WorkbenchError
-from .family import Project, Version
+from .. import report
+from ..compile import INCLUDE, include_dirs
+from ..errors import WorkbenchError
+from ..family import Project, Version
+from .app import console
 
 
 class NothingToCompare(WorkbenchError):

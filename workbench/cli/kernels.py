@@ -1,100 +1,21 @@
-"""The command line: thin click commands that check options, call the library, print with report.py.
+"""The kernel verbs: list, show, compile (no GPU), and run, bench, check, device (on the GPU).
 
-This is the top layer. The kernel verbs are here; the trainer's verbs (promote, promoted, train,
-prepro) live with the trainer, in train/commands.py, and are attached to this group by module
-name when asked for (`COMMAND_MODULES`), so the workbench library underneath never imports the
-trainer.
+Thin click commands: they check options, call the library (workbench/), print with report.py.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
-from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
 
-from . import report
-from .errors import SizesError, UsageError, WorkbenchError
-from .family import Project
-from .isolate import DEFAULT_TIMEOUT
-
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
-# Modules whose `commands` (a list of click commands) join the group: more of this layer, and the
-# trainer's verbs above the library.
-COMMAND_MODULES = ("workbench.cli_tools", "workbench.diff", "train.commands")
-
-
-class Workbench(click.Group):
-    """Turns a WorkbenchError anywhere below into one red line and its exit code, and adds the
-    commands of COMMAND_MODULES."""
-
-    def _plugins(self) -> dict[str, click.Command]:
-        if not hasattr(self, "_plugin_cache"):
-            self._plugin_cache = {}
-            for name in COMMAND_MODULES:
-                for cmd in importlib.import_module(name).commands:
-                    self._plugin_cache[cmd.name] = cmd
-        return self._plugin_cache
-
-    def list_commands(self, ctx):
-        return sorted({*super().list_commands(ctx), *self._plugins()})
-
-    def get_command(self, ctx, name):
-        return super().get_command(ctx, name) or self._plugins().get(name)
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except WorkbenchError as e:
-            err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
-            sys.exit(e.exit_code)
-
-
-@click.group(cls=Workbench, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), envvar="WORKBENCH_ROOT",
-              help="Project folder holding kernels/ and references/ (default: this repository).")
-@click.pass_context
-def cli(ctx, root):
-    """workbench: develop CUDA kernels version by version, check them against a NumPy
-    reference, time them properly, and train GPT-2 with the winners.
-
-    \b
-    workbench list                        families and their versions
-    workbench show layernorm_forward 4    a version's story and source
-    workbench run layernorm_forward 4     compile, check, time across block sizes
-    workbench bench --all --json r.json   every version of every family
-    workbench promote --best r.json       freeze the winners into the trainer
-    workbench train                       train GPT-2 with them
-    """
-    ctx.obj = Project(root)
-
-
-def progress_bar() -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=err_console, transient=True)
-
-
-def writable_file(path: str | None, force: bool = False, what: str = "--json") -> None:
-    """Fail now, before any GPU work, if `path` cannot be written (or exists and force is off)."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{what} {path}: is a folder")
-    if not p.parent.exists():
-        raise UsageError(f"{what} {path}: folder {p.parent} does not exist")
-    if p.exists() and not force:
-        raise UsageError(f"{what} {path}: exists; pass --force to replace it")
-    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise UsageError(f"{what} {path}: not writable")
-
+from .. import report
+from ..errors import SizesError, UsageError, WorkbenchError
+from ..family import Project
+from ..isolate import DEFAULT_TIMEOUT
+from .app import cli, console, err_console, progress_bar, writable_file
 
 # -- list / show / compile: no GPU needed --------------------------------------------------------
 @cli.command("list")
@@ -136,7 +57,7 @@ def show(project: Project, family, version, no_source):
 @click.pass_obj
 def compile_cmd(project: Project, family, version, archs):
     """Compile versions with the nvcc on PATH (no GPU needed) and show ptxas's resource report."""
-    from .compile import compile_only, require_nvcc
+    from ..compile import compile_only, require_nvcc
     fams = [project.family(family)] if family else project.families()
     versions = [v for fam in fams for v in ([fam.version(version)] if version else fam.versions)]
     require_nvcc()  # missing: one line, not one per version
@@ -179,7 +100,7 @@ def common_options(f):
 
 def _options(sizes=None, block_sizes=(), seed=0, seeds=3, timeout=DEFAULT_TIMEOUT, budget=0.3,
              no_torch=False, no_flush=False, no_test_sizes=False):
-    from .bench import Options
+    from ..bench import Options
     return Options(sizes=sizes, block_sizes=list(block_sizes) or None, seed=seed, seeds=seeds, timeout=timeout,
                    budget=budget, torch=not no_torch, flush=not no_flush, test_sizes=not no_test_sizes)
 
@@ -198,8 +119,8 @@ def _options(sizes=None, block_sizes=(), seed=0, seeds=3, timeout=DEFAULT_TIMEOU
 @click.pass_obj
 def run(project: Project, family, version, block_sizes, sweep, plot_path, json_path, force, **kw):
     """Compile a version, check it against the reference, time it across block sizes."""
-    from .bench import Session, require_pycuda
-    from .results import FamilyResult, save, write_json
+    from ..bench import Session, require_pycuda
+    from ..results import FamilyResult, save, write_json
     v = project.family(family).version(version)
     sizes = v.family.parse_sizes(kw["sizes"])  # a bad --sizes fails before any work
     if why := v.unlisted_block_sizes(block_sizes):  # as does a block size the header does not list
@@ -207,7 +128,7 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
     if not sweep and (unmet := v.unmet(sizes)):  # and sizes its preconditions refuse
         raise SizesError(f"{v.label} refuses {v.family.format_sizes(sizes)}: it requires {' and '.join(unmet)}")
     if sweep:
-        from .plot import parse_sweep, plot_sweep, sweep_point
+        from ..plot import parse_sweep, plot_sweep, sweep_point
         axis, values = parse_sweep(sweep)
         if axis not in v.family.sizes:
             raise SizesError(f"--sweep {axis}: {family} has no size {axis} (its sizes: {', '.join(v.family.sizes)})")
@@ -255,8 +176,8 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
 def bench(project: Project, families, all_, json_path, resume, force, **kw):
     """Check and time every version of the given families (or --all), best block size each,
     beside PyTorch and a copy of the same bytes."""
-    from .bench import Session, require_pycuda
-    from .results import check_resume
+    from ..bench import Session, require_pycuda
+    from ..results import check_resume
     if all_ and families:
         raise UsageError("give family names or --all, not both")
     if not all_ and not families:
@@ -304,8 +225,8 @@ def bench(project: Project, families, all_, json_path, resume, force, **kw):
 def check(project: Project, family, versions, sizes, seed, seeds, timeout, json_path, force):
     """Check versions (default: all) at the family's default and test sizes, every block size,
     several seeds; no timing."""
-    from .bench import Options, Session, require_pycuda
-    from .results import FamilyResult, save
+    from ..bench import Options, Session, require_pycuda
+    from ..results import FamilyResult, save
     fam = project.family(family)
     chosen = [fam.version(v) for v in versions] if versions else fam.versions
     at = fam.parse_sizes(sizes)
@@ -335,15 +256,7 @@ def check(project: Project, family, versions, sizes, seed, seeds, timeout, json_
 @click.pass_obj
 def device(project: Project):
     """Show the GPU and its measured copy-bandwidth ceiling (measured once, then cached)."""
-    from .bench import Options, Session
+    from ..bench import Options, Session
     with Session(project, Options()) as session:
         meta = session.device()
     console.print(report.device_line(meta))
-
-
-def main(argv: list[str] | None = None) -> None:
-    cli.main(args=argv, prog_name="workbench")
-
-
-if __name__ == "__main__":
-    main()
