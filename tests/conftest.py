@@ -1,5 +1,7 @@
 import functools
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +31,25 @@ def gpu_available() -> str | None:
     return None
 
 
+# Cases this large take seconds each on the CPU: they are `slow`, left out of the default run and
+# run by `pytest -m slow` (CI runs both). Read from the sizes in a test's id (B=1,T=7,C=1600 or
+# B1-T7-C1600): on the emulator, the product of all sizes but V; anywhere, the embedding table C*V.
+SLOW_ELEMS, SLOW_TABLE = 200_000, 10_000_000
+SIZE_IN_ID = re.compile(r"\b([A-Z][A-Za-z]*)=?(\d+)\b")
+
+
+def slow_case(nodeid: str, emulated: bool) -> bool:
+    sizes = {k: int(v) for k, v in SIZE_IN_ID.findall(nodeid.partition("[")[2])}
+    if not sizes:
+        return False
+    work = math.prod(v for k, v in sizes.items() if k != "V")
+    return (emulated and work >= SLOW_ELEMS) or sizes.get("C", 0) * sizes.get("V", 0) >= SLOW_TABLE
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if slow_case(item.nodeid, emulated="emulator" in item.name):
+            item.add_marker(pytest.mark.slow)
     why = gpu_available()
     if why is None:
         return

@@ -71,7 +71,8 @@ def test_the_bf16_contract_changes_only_the_float_arguments_it_names(name):
 # At every test size: the reference runs on the bf16-rounded inputs, and its exact outputs
 # rounded once to nearest bf16 pass the bf16 tolerance (it covers the one rounding every bf16
 # output has; permute and unpermute move bf16 values, which round to themselves).
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "encoder_backward" else n
+                                  for n in FAMILIES])  # (its test sizes hold a 50257 x 1600 table: seconds)
 def test_the_reference_runs_at_bf16_and_its_rounded_outputs_pass(name):
     fam = family(name)
     args = fam.args_for("bf16")

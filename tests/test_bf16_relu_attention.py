@@ -85,7 +85,8 @@ def _model_case(sizes, seed):
     return case, rounding_model(qkv, *(sizes[n] for n in ("B", "T", "NH", "HS")))
 
 
-@pytest.mark.parametrize("sizes", [FAMILY.default_sizes, *FAMILY.test_sizes], ids=FAMILY.format_sizes)
+@pytest.mark.parametrize("sizes", [pytest.param(FAMILY.default_sizes, marks=pytest.mark.slow), *FAMILY.test_sizes],
+                         ids=FAMILY.format_sizes)
 def test_the_tolerance_covers_the_rounding_model_with_room(sizes):
     for seed in range(1 if sizes == FAMILY.default_sizes else 3):
         case, model = _model_case(sizes, seed)

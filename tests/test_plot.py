@@ -200,5 +200,6 @@ def test_without_out_the_plots_go_beside_the_results_file_never_into_the_reposit
     assert (where / "r-plots").is_dir() and not any(cwd.iterdir())
     assert "r-plots/" in invoke_plot("--help").output  # documented
     if shutil.which("git"):  # the default for a results file inside the repository: ignored by git
-        ignored = subprocess.run(["git", "check-ignore", "-q", "results/h100-bench-plots/roofline.png"], cwd=ROOT)
+        ignored = subprocess.run(["git", "check-ignore", "-q", "results/h100-bench-plots/roofline.png"], cwd=ROOT,
+                                 timeout=60)
         assert ignored.returncode == 0, "the default plots folder is not in .gitignore"

@@ -145,7 +145,7 @@ def test_force_refuses_a_family_git_tracks(project):
     root, paths = project
     if shutil.which("git") is None:
         pytest.skip("git is not on PATH")
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    subprocess.run(["git", "add", "kernels"], cwd=root, check=True)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True, timeout=60)
+    subprocess.run(["git", "add", "kernels"], cwd=root, check=True, timeout=60)
     with pytest.raises(WorkbenchError, match=rf"git tracks kernels/{NAME}/family.toml"):
         scaffold(root, NAME, force=True)

@@ -90,6 +90,7 @@ def run_ranks(tokens, out, world, B, steps, *more) -> dict:
 
 
 @needs_torch
+@pytest.mark.slow  # torch processes, seconds each
 def test_two_ranks_equal_one_process_of_the_same_total_batch(tokens, tmp_path):
     one = run_one(tokens, tmp_path / "one.json", 4, 3)
     two = run_ranks(tokens, tmp_path / "two.json", 2, 2, 3)
@@ -100,6 +101,7 @@ def test_two_ranks_equal_one_process_of_the_same_total_batch(tokens, tmp_path):
 
 
 @needs_torch
+@pytest.mark.slow  # torch processes, seconds each
 def test_micro_steps_equal_one_big_batch(tokens, tmp_path):
     # 6 steps: the last wraps round the 5 global batches of the file
     big = run_one(tokens, tmp_path / "big.json", 4, 6)
@@ -110,6 +112,7 @@ def test_micro_steps_equal_one_big_batch(tokens, tmp_path):
 
 
 @needs_torch
+@pytest.mark.slow  # torch processes, seconds each
 def test_two_ranks_with_micro_steps_equal_one_process(tokens, tmp_path):
     one = run_one(tokens, tmp_path / "one.json", 8, 2)
     two = run_ranks(tokens, tmp_path / "two.json", 2, 2, 2, "--total-batch", str(8 * T))

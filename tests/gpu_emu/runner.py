@@ -28,6 +28,8 @@ from workbench.launch import ITEMSIZE
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("WORKBENCH_EMU_CACHE", Path(tempfile.gettempdir()) / "workbench_emu"))
 SMS = 132  # as on an H100: only launch expressions that ask for it see it
+BUILD_S = 600  # one driver's g++ build may take this long
+RUN_S = 900    # one emulated case may run this long (a hang in a kernel's barriers is then a failure)
 
 
 SHARED_DECL = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?([A-Za-z_][\w:]*)\s+"
@@ -155,15 +157,23 @@ def build(version: Version, sanitize: bool = True, extra: str = "") -> Path:
     if exe.exists():
         return exe
     CACHE.mkdir(parents=True, exist_ok=True)
-    cpp = exe.with_suffix(".cpp")
+    # Built under names of this process's own and renamed into place: parallel test workers
+    # (pytest -n) may build the same driver at once, and none may run a half-written one.
+    mine = f".{os.getpid()}.tmp"
+    cpp, out = exe.with_name(exe.name + mine + ".cpp"), exe.with_name(exe.name + mine)
     cpp.write_text(src)
     cmd = [shutil.which("g++") or "g++", "-std=c++20", "-O1", "-g", "-w", f"-I{HERE}", f"-I{common}",
-           f"-I{version.path.parent}", "-x", "c++", str(cpp), "-o", str(exe)]
+           f"-I{version.path.parent}", "-x", "c++", str(cpp), "-o", str(out)]
     if sanitize:
         cmd[4:4] = ["-fsanitize=address", "-fno-omit-frame-pointer"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"emulator build failed:\n{proc.stderr[-6000:]}")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_S)
+        if proc.returncode:
+            raise RuntimeError(f"emulator build failed:\n{proc.stderr[-6000:]}")
+        os.replace(out, exe)
+    finally:
+        cpp.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
     return exe
 
 
@@ -265,7 +275,7 @@ def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode:
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:detect_stack_use_after_return=0")
         proc = subprocess.run([str(exe), str(tmp / "plan.txt"), str(out), str({"EARLY": 0, "LATE": 1}[mode]),
                                str(sched_seed), str({"SHUFFLE": 0, "PRIORITY": 1}[sched]), str(block_order)],
-                              capture_output=True, text=True, env=env)
+                              capture_output=True, text=True, env=env, timeout=RUN_S)
         if proc.returncode:
             raise RuntimeError(f"emulated run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
         if inputs_after is not None:
