@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from train.backends import KERNELS_DIR
 from train.errors import OptionError
@@ -187,6 +188,29 @@ def prepro():
     """Prepare the trainer's inputs in llm.c's file formats: tokens, tokenizer, GPT-2 weights."""
 
 
+@contextmanager
+def byte_progress(what: str, eta: bool = False):
+    """A transient progress bar over bytes on stderr; yields the callback (bytes done, total)."""
+    columns = [TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn()]
+    with Progress(*columns, *([TimeRemainingColumn()] if eta else []), console=err_console,
+                  transient=True) as progress:
+        task = None
+
+        def on_progress(done, total):
+            nonlocal task
+            if task is None:
+                task = progress.add_task(what, total=total)
+            progress.update(task, completed=done, total=total)
+        yield on_progress
+
+
+def written_report(written) -> None:
+    """A prepro step's notes (yellow, stderr) and the table of the files it wrote."""
+    for note in written.notes:
+        err_console.print(f"[yellow]{escape(note)}[/]")
+    console.print(report.written_table(written.files))
+
+
 @prepro.command("tinyshakespeare")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Tokenize this local copy instead of downloading the text.")
@@ -200,19 +224,9 @@ def prepro_tinyshakespeare_cmd(input_path, out_dir, force):
     from train import prepro as pp
     from train.options import writable_folder
     writable_folder(out_dir, "--out", create=False)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  console=err_console, transient=True) as progress:
-        task = None
-
-        def on_progress(done, total):
-            nonlocal task
-            if task is None:
-                task = progress.add_task("downloading tiny Shakespeare", total=total)
-            progress.update(task, completed=done, total=total)
+    with byte_progress("downloading tiny Shakespeare") as on_progress:
         written = pp.prepro_tinyshakespeare(out_dir, input_path, on_progress, force)
-    for note in written.notes:
-        err_console.print(f"[yellow]{escape(note)}[/]")
-    console.print(report.written_table(written.files))
+    written_report(written)
 
 
 @prepro.command("gpt2")
@@ -232,9 +246,7 @@ def prepro_gpt2_cmd(out_dir, model_name, tokens_path, force):
     writable_folder(out_dir, "--out", create=False)
     with err_console.status(f"exporting {escape(model_name)} and computing its debug state"):
         written = pp.prepro_gpt2(out_dir, model_name, tokens_path, force=force)
-    for note in written.notes:
-        err_console.print(f"[yellow]{escape(note)}[/]")
-    console.print(report.written_table(written.files))
+    written_report(written)
 
 
 from train.prepro import MIN_SHARD_TOKENS, TEXT_SHARD_TOKENS  # noqa: E402  (the text command's defaults)
@@ -275,24 +287,12 @@ def prepro_text_cmd(files, out_dir, name, shard_size, val_tokens, force):
     """
     import shlex
 
-    from rich.progress import TimeRemainingColumn
-
     from train import prepro as pp
     from train.options import writable_folder
     writable_folder(out_dir, "--out", create=False)
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=err_console, transient=True) as progress:
-        task = None
-
-        def on_progress(done, total):
-            nonlocal task
-            if task is None:
-                task = progress.add_task("tokenizing", total=total)
-            progress.update(task, completed=done, total=total)
+    with byte_progress("tokenizing", eta=True) as on_progress:
         written = pp.prepro_text(files, out_dir, name, shard_size, val_tokens, on_progress, force)
-    for note in written.notes:
-        err_console.print(f"[yellow]{escape(note)}[/]")
-    console.print(report.written_table(written.files))
+    written_report(written)
 
     def count(n, what):
         return f"{n:,} {what}{'' if n == 1 else 's'}"
