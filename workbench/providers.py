@@ -25,6 +25,7 @@ import numpy as np
 from . import expr
 from .check import INT_POISON, Case, compare_all
 from .family import DTYPES, Arg, Family, Version
+from .options import Options
 from .results import CheckSummary, Measured, Row
 
 NAN_BITS = {"f32": 0x7FC00000, "bf16": 0x7FC07FC0}  # bf16: two NaNs per 32-bit word
@@ -527,7 +528,7 @@ class _RowSteps:
         """Time every usable configuration at the timed case (briefly, when screening), then the
         front-runners with the rest of the budget; the row's launches and timings."""
         bufs = self.kept = self.kept or CaseBuffers(self.p.args(), shapes_of(timed), timed)
-        budget = float(options.get("budget", 0.3))
+        budget = float(options.get("budget", Options.budget))
         screen = options.get("screen", True) and len(usable) > FINALISTS
         raw, carried = {}, {}
         for config in usable:

@@ -15,6 +15,7 @@ from .. import report
 from ..errors import SizesError, UsageError, WorkbenchError
 from ..family import Project
 from ..isolate import DEFAULT_TIMEOUT
+from ..options import Options
 from .app import cli, console, err_console, progress_bar, writable_file
 
 # -- list / show / compile: no GPU needed --------------------------------------------------------
@@ -82,12 +83,13 @@ def compile_cmd(project: Project, family, version, archs):
 def common_options(f):
     opts = [
         click.option("--sizes", help="Override sizes, e.g. B=4,T=2048,C=1024 (defaults: the family's)."),
-        click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="First seed for the inputs."),
-        click.option("--seeds", default=3, show_default=True, type=click.IntRange(1),
+        click.option("--seed", default=Options.seed, show_default=True, type=click.IntRange(0),
+                     help="First seed for the inputs."),
+        click.option("--seeds", default=Options.seeds, show_default=True, type=click.IntRange(1),
                      help="How many seeds each size set is checked at."),
-        click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=click.FloatRange(min=1),
+        click.option("--timeout", default=Options.timeout, show_default=True, type=click.FloatRange(min=1),
                      help="Seconds a version may take (compile + check + time) before it is killed."),
-        click.option("--budget", default=0.3, show_default=True, type=click.FloatRange(min=0.01),
+        click.option("--budget", default=Options.budget, show_default=True, type=click.FloatRange(min=0.01),
                      help="Seconds of timing per block size (the front-runners; the others get a quarter)."),
         click.option("--no-torch", is_flag=True, help="Skip the PyTorch baseline."),
         click.option("--no-flush", is_flag=True, help="Do not flush L2 before timed launches (for comparison)."),
@@ -98,9 +100,9 @@ def common_options(f):
     return f
 
 
-def _options(sizes=None, block_sizes=(), seed=0, seeds=3, timeout=DEFAULT_TIMEOUT, budget=0.3,
-             no_torch=False, no_flush=False, no_test_sizes=False):
-    from ..bench import Options
+def _options(sizes=None, block_sizes=(), seed=Options.seed, seeds=Options.seeds, timeout=Options.timeout,
+             budget=Options.budget, no_torch=False, no_flush=False, no_test_sizes=False) -> Options:
+    """The bench Options the common options stand for (their defaults are Options' own)."""
     return Options(sizes=sizes, block_sizes=list(block_sizes) or None, seed=seed, seeds=seeds, timeout=timeout,
                    budget=budget, torch=not no_torch, flush=not no_flush, test_sizes=not no_test_sizes)
 
@@ -225,7 +227,7 @@ def bench(project: Project, families, all_, json_path, resume, force, **kw):
 def check(project: Project, family, versions, sizes, seed, seeds, timeout, json_path, force):
     """Check versions (default: all) at the family's default and test sizes, every block size,
     several seeds; no timing."""
-    from ..bench import Options, Session, require_pycuda
+    from ..bench import Session, require_pycuda
     from ..results import FamilyResult, save
     fam = project.family(family)
     chosen = [fam.version(v) for v in versions] if versions else fam.versions
@@ -256,7 +258,7 @@ def check(project: Project, family, versions, sizes, seed, seeds, timeout, json_
 @click.pass_obj
 def device(project: Project):
     """Show the GPU and its measured copy-bandwidth ceiling (measured once, then cached)."""
-    from ..bench import Options, Session
+    from ..bench import Session
     with Session(project, Options()) as session:
         meta = session.device()
     console.print(report.device_line(meta))
