@@ -30,10 +30,6 @@ from . import formats
 from .errors import TrainError
 
 
-def _has_magic(pattern: str) -> bool:
-    return glob.has_magic(pattern)
-
-
 @dataclass(frozen=True)
 class Shard:
     path: str
@@ -45,7 +41,7 @@ class Shards:
 
     def __init__(self, pattern: str, what: str = "token file"):
         self.pattern = str(pattern)
-        if _has_magic(self.pattern):
+        if glob.has_magic(self.pattern):
             paths = sorted(p for p in glob.glob(os.path.expanduser(self.pattern)) if not os.path.isdir(p))
             if not paths:
                 raise TrainError(f"{self.pattern}: the glob matches no file")

@@ -138,6 +138,8 @@ class DetachedOutput(io.TextIOBase):
         super().__init__()
         self.stream = stream
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.pending = 0  # writes queued and not yet written out, under lock
         self.idle = threading.Event()
         self.idle.set()
         self.thread = threading.Thread(target=self._pump, daemon=True)
@@ -157,7 +159,9 @@ class DetachedOutput(io.TextIOBase):
         return self.stream.fileno()
 
     def write(self, text: str) -> int:
-        self.idle.clear()
+        with self.lock:
+            self.pending += 1
+            self.idle.clear()
         self.queue.put(text)
         return len(text)
 
@@ -176,8 +180,10 @@ class DetachedOutput(io.TextIOBase):
                     self.stream.flush()
             except (OSError, ValueError):  # the reader is gone: nothing more can be shown
                 pass
-            if self.queue.empty():
-                self.idle.set()
+            with self.lock:
+                self.pending -= 1
+                if self.pending == 0:
+                    self.idle.set()
 
 
 def detach_output() -> None:
