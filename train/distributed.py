@@ -78,9 +78,11 @@ class Launch:
     local_size: int | None = None  # processes on this host, where the launcher says
 
 
-def launch_from_env(env=None) -> Launch:
+def launch_from_env(env=None, launchers=LAUNCHERS) -> Launch:
+    """Where this process sits, from the first of `launchers` whose variables are set (the MPI
+    families by default; the PyTorch baseline adds torchrun's)."""
     env = os.environ if env is None else env
-    for size_var, rank_var, local_var, local_size_var in LAUNCHERS:
+    for size_var, rank_var, local_var, local_size_var in launchers:
         if size_var not in env:
             continue
         try:
@@ -88,10 +90,11 @@ def launch_from_env(env=None) -> Launch:
             local = int(env.get(local_var, rank))
             local_size = int(env[local_size_var]) if local_size_var in env else None
         except ValueError:
-            raise TrainError(f"MPI environment: {size_var}={env[size_var]!r} {rank_var}={env.get(rank_var)!r} "
-                             f"are not integers") from None
-        if world < 1 or not 0 <= rank < world:
-            raise TrainError(f"MPI environment: rank {rank} of {world} ({rank_var}, {size_var}) is impossible")
+            raise TrainError(f"launcher environment: {size_var}={env[size_var]!r} {rank_var}={env.get(rank_var)!r} "
+                             f"{local_var}={env.get(local_var)!r} are not integers") from None
+        if world < 1 or not 0 <= rank < world or local < 0:
+            raise TrainError(f"launcher environment: rank {rank} of {world}, local rank {local} ({rank_var}, "
+                             f"{size_var}, {local_var}) is impossible")
         return Launch(world, rank, local, size_var, local_size)
     return Launch()
 

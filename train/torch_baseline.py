@@ -28,45 +28,22 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from train import distributed
+from train.distributed import Launch
 from train.errors import TrainError, bad_option
 
 DEFAULT_PORT = 29517
-# (size, rank, local rank) as each launcher sets them; Open MPI first.
-LAUNCHERS = (
-    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),  # mpirun (Open MPI)
-    ("WORLD_SIZE", "RANK", "LOCAL_RANK"),                                           # torchrun
-)
-
-
-@dataclass(frozen=True)
-class Launch:
-    world: int = 1
-    rank: int = 0
-    local_rank: int = 0
-    launcher: str | None = None  # the size variable that said so; None: no launcher, no process group
+# torchrun's (size, rank, local rank, processes on this host), after the MPI launchers the trainer
+# reads (train/distributed.py), which come first.
+TORCHRUN = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
 def launch_from_env(env=None) -> Launch:
-    env = os.environ if env is None else env
-    for size_var, rank_var, local_var in LAUNCHERS:
-        if size_var not in env:
-            continue
-        try:
-            world, rank = int(env[size_var]), int(env.get(rank_var, "0"))
-            local = int(env.get(local_var, rank))
-        except ValueError:
-            raise TrainError(f"launcher environment: {size_var}={env[size_var]!r} {rank_var}={env.get(rank_var)!r} "
-                             f"{local_var}={env.get(local_var)!r} are not integers") from None
-        if world < 1 or not 0 <= rank < world or local < 0:
-            raise TrainError(f"launcher environment: rank {rank} (local {local}) of {world} "
-                             f"({rank_var}, {local_var}, {size_var}) is impossible")
-        return Launch(world, rank, local, size_var)
-    return Launch()
+    return distributed.launch_from_env(env, (*distributed.LAUNCHERS, TORCHRUN))
 
 
 class GlobalBatches:
