@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from glob import has_magic as glob_has_magic
 from pathlib import Path
 
 import click
+
+from workbench.files import unwritable_folder
 
 from . import checkpoint, formats
 from .config import GPT2Config, PRESETS
@@ -356,20 +357,9 @@ def check_schedule_options(opts: TrainOptions) -> None:
 def writable_folder(folder: Path, option: str, create: bool = True) -> None:
     """Prove a file can be made in `folder`: create it (and its parents) first, or with
     create=False probe its nearest existing ancestor, leaving the disk as it was."""
-    probe_in = Path(folder)
-    if not create:
-        while not probe_in.exists() and probe_in.parent != probe_in:
-            probe_in = probe_in.parent
-    try:
-        if create:
-            probe_in.mkdir(parents=True, exist_ok=True)
-        elif not probe_in.is_dir():
-            raise NotADirectoryError(20, "Not a directory")
-        fd, probe = tempfile.mkstemp(dir=probe_in, prefix=".probe.")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise bad_option(option, f"cannot write into {folder}: {e.strerror or e}") from None
+    why = unwritable_folder(folder, create)
+    if why:
+        raise bad_option(option, f"cannot write into {folder}: {why}")
 
 
 def writable_file(path: Path, option: str, replace: bool = False) -> None:

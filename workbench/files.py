@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -18,3 +19,24 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def unwritable_folder(folder: str | os.PathLike, create: bool = True) -> str | None:
+    """Why no file can be made in `folder`, or None when one can (a probe file is made and removed).
+    create=True makes the folder (and its parents) first; create=False probes its nearest existing
+    ancestor instead, leaving the disk as it was. The caller turns the reason into its one line."""
+    probe_in = Path(folder)
+    if not create:
+        while not probe_in.exists() and probe_in.parent != probe_in:
+            probe_in = probe_in.parent
+    if probe_in.exists() and not probe_in.is_dir():
+        return f"{probe_in} is a file, not a folder"
+    try:
+        if create:
+            probe_in.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=probe_in, prefix=".probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"cannot write there ({e.strerror or e})"
+    return None

@@ -13,6 +13,7 @@ from rich.markup import escape
 from .. import report
 from ..errors import UsageError
 from ..family import Project
+from ..files import unwritable_folder
 from .app import console, err_console, progress_bar
 
 
@@ -114,17 +115,10 @@ def compare(old, new, threshold, same):
 def writable_folder(path: str | os.PathLike, what: str = "--out") -> Path:
     """Create the folder `path` (parents too) now, before any work; one line if it cannot be
     created or written into."""
-    import tempfile
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise UsageError(f"{what} {path}: is a file, not a folder")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=p):
-            pass
-    except OSError as e:
-        raise UsageError(f"{what} {path}: cannot write there ({e.strerror or e})") from None
-    return p
+    why = unwritable_folder(path, create=True)
+    if why:
+        raise UsageError(f"{what} {path}: {why}")
+    return Path(path)
 
 
 @click.command()
