@@ -22,7 +22,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def unwritable_folder(folder: str | os.PathLike, create: bool = True) -> str | None:
-    """Why no file can be made in `folder`, or None when one can (a probe file is made and removed).
+    """Why no file can be made in `folder` (the system's reason, or that a file is in the way), or
+    None when one can (a probe file is made and removed).
     create=True makes the folder (and its parents) first; create=False probes its nearest existing
     ancestor instead, leaving the disk as it was. The caller turns the reason into its one line."""
     probe_in = Path(folder)
@@ -38,5 +39,5 @@ def unwritable_folder(folder: str | os.PathLike, create: bool = True) -> str | N
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        return f"cannot write there ({e.strerror or e})"
+        return str(e.strerror or e)
     return None

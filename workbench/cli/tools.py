@@ -117,7 +117,7 @@ def writable_folder(path: str | os.PathLike, what: str = "--out") -> Path:
     created or written into."""
     why = unwritable_folder(path, create=True)
     if why:
-        raise UsageError(f"{what} {path}: {why}")
+        raise UsageError(f"{what} {path}: cannot write there ({why})")
     return Path(path)
 
 
