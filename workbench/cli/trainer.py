@@ -20,6 +20,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from train.backends import KERNELS_DIR
 from train.errors import OptionError
 from train.options import train_options
+from train.prepro import MIN_SHARD_TOKENS, TEXT_SHARD_TOKENS
 from train.ui import TrainUI
 
 from .. import report
@@ -247,9 +248,6 @@ def prepro_gpt2_cmd(out_dir, model_name, tokens_path, force):
     with err_console.status(f"exporting {escape(model_name)} and computing its debug state"):
         written = pp.prepro_gpt2(out_dir, model_name, tokens_path, force=force)
     written_report(written)
-
-
-from train.prepro import MIN_SHARD_TOKENS, TEXT_SHARD_TOKENS  # noqa: E402  (the text command's defaults)
 
 
 @prepro.command("text", cls=OneLineErrors)
