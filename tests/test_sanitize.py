@@ -114,9 +114,12 @@ def test_jobs_run_tool_by_tool_and_come_back_in_that_order(monkeypatch):
     versions = [project.family("scale").version(n) for n in (1, 7, 8)]
     started = []
 
-    class FakeSession:  # what sanitize needs of a bench Session: the case files and the request
+    class FakeStore:
         def cases(self, family, sizes, precision, extra_sizes=(), seeds=None):
             return [f"/cases/{family.name}"]
+
+    class FakeSession:  # what sanitize needs of a bench Session: the case files and the request
+        store = FakeStore()
 
         def request(self, family, sizes, precision):
             return {"job": "rows", "family": family.name}

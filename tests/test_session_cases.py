@@ -38,7 +38,7 @@ def test_the_references_computed_in_the_background_pool_equal_the_same_cases_mad
     family = project.family("scale")
     with Session(project, Options(seeds=2, time=False, stage=False)) as session:
         session.store.prepare([(family, "fp32")])
-        paths = session.cases(family, session.sizes_for(family))
+        paths = session.store.cases(family, session.sizes_for(family))
         # its workers come from a fork server: no copy of this process's threads or pipes
         assert session.store._pool._mp_context.get_start_method() == "forkserver"
         assert len(paths) >= 3
@@ -102,7 +102,7 @@ def test_the_references_run_ahead_only_as_far_as_the_case_budget_and_every_group
         assert [q[0][0] for q in session.store._queued] == ["sb", "sc"]
         seen = []
         for family, precision in session.store.ready_first([(f, "fp32") for f in families]):
-            paths = session.cases(family, session.sizes_for(family))
+            paths = session.store.cases(family, session.sizes_for(family))
             assert paths and all(Path(p).exists() for p in paths)
             assert session.store.held_bytes() <= session.store.budget  # never two groups on disk at once
             seen.append(family.name)
@@ -117,7 +117,7 @@ def test_a_group_asked_for_before_its_turn_starts_at_once(tmp_path):
         session.store.budget = 1  # nothing fits beside a started group
         session.store.prepare([(sa, "fp32"), (sb, "fp32")])
         assert [q[0][0] for q in session.store._queued] == ["sb"]
-        paths = session.cases(sb, session.sizes_for(sb))  # sa's cases still held
+        paths = session.store.cases(sb, session.sizes_for(sb))  # sa's cases still held
         assert paths and not session.store._queued
         assert Path(paths[0], "meta.json").exists()
 

@@ -34,7 +34,6 @@ The order of work in a bench, and why:
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import os
 import subprocess
 import time
@@ -42,19 +41,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .baselines import KeptBaselines, baseline_specs  # noqa: F401  (baseline_specs: importable from here)
 from .cases import CASE_BUDGET_MIN, CASE_BUDGET_SHARE, CaseStore, build_cases, estimated_case_bytes  # noqa: F401
-from .children import LINGER, STANDBY, Children  # noqa: F401
+from .children import LINGER, Children  # noqa: F401
 from .compiles import Compiles
-from .errors import NoGPU, SizesError, UsageError
+from .device import probe_device, require_pycuda  # noqa: F401  (the CLI imports them from here)
+from .errors import SizesError, UsageError
 from .family import PROJECT_ROOT, Family, Project, Version
-from .isolate import run_job
 from .ledger import Ledger, hand_offs  # noqa: F401
 from .options import Options, Progress, quiet  # noqa: F401
 from .results import BenchRun, FamilyResult, Row, load, save
 from .staged import StagedCases
 
 # Re-exported above (importable from here as before the session was split): the case store's
-# build_cases, estimated_case_bytes and budget, the children's STANDBY and LINGER, the ledger's
+# build_cases, estimated_case_bytes and budget, the children's LINGER, the ledger's
 # hand_offs, Options and Progress.
 
 
@@ -73,25 +73,34 @@ class Session:
         self.store = CaseStore(self.project.root, self.options, self.ledger, self._say, self.staging)
         self.compiles = Compiles(self.ledger, self._say)
         self.children = Children(self.options, self.ledger)
+        self.kept = KeptBaselines(self.options, lambda: self.device()["device"])
         self._device: dict | None = None
         self.staging_misses = self.staging.misses  # versions whose child could not open the staged cases
 
     def _say(self, text: str) -> None:  # the parts' progress: whatever self.progress is by then
         self.progress(text)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop every part (wait=False: the children's exits and teardowns are not waited for)."""
         self.store.stop_pool()
         self.compiles.close()
         self.store.stop_deleting()  # before the folder it deletes in goes
-        self.children.close()
+        self.children.close(wait)
         self.staging.close()
         self.store.remove_folder()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, *exc):  # the end of a command: nothing is timed after it
+        self.close(wait=False)
+
+    def head_start(self, family: Family, sizes: dict[str, int] | None = None, precision: str = "fp32") -> None:
+        """Start what a one-version command waits for: the version's child, and the baselines'
+        (importing torch) unless their rows are kept; both overlap the parent's references."""
+        self.children.versions()
+        if self.options.time and self.options.torch and not self.kept.get(family, sizes or self.sizes_for(family), precision):
+            self.children.baselines()
 
     # -- the device -----------------------------------------------------------------------
     def device(self, refresh: bool = False) -> dict:
@@ -108,14 +117,10 @@ class Session:
                         options=asdict(self.options), peaks=dev["peaks"])
 
     # -- the parts, for callers outside the loops (the parts themselves are session.store,
-    # .staging, .children, .compiles): Options.sizes_for, CaseStore.cases and Compiles.start (for
-    # the device's arch) say what each does
+    # .staging, .children, .compiles): Options.sizes_for and Compiles.start (for the device's arch)
+    # say what each does
     def sizes_for(self, family: Family) -> dict[str, int]:
         return self.options.sizes_for(family)
-
-    def cases(self, family: Family, sizes: dict[str, int], precision: str = "fp32", extra_sizes=(),
-              seeds: int | None = None) -> list[str]:
-        return self.store.cases(family, sizes, precision, extra_sizes, seeds)
 
     def start_compiles(self, versions: list[Version]) -> None:
         cc = self.device()["device"]["compute_capability"].replace(".", "")
@@ -169,6 +174,8 @@ class Session:
         specs, torch_row = baseline_specs(family, sizes, precision, self.options.torch)
         if not specs:
             return torch_row, None
+        if kept := self.kept.get(family, sizes, precision):
+            return _torch_and_copy(kept, torch_row)
         req = {**self.request(family, sizes, precision), "providers": specs}
         if any(s["kind"] == "torch" for s in specs):
             req["cases"] = self.store.cases(family, sizes, precision)[:1]
@@ -181,8 +188,9 @@ class Session:
         res = server.run(req, self.options.timeout * len(specs))
         rows = rows_from(res, req, family.name)
         self.ledger.spent("baselines", t0, rows, res)
-        by_kind = {r.kind: r for r in rows}
-        return by_kind.get("torch", torch_row), by_kind.get("copy")
+        if len(rows) == len(specs):
+            self.kept.put(family, sizes, precision, rows)
+        return _torch_and_copy(rows, torch_row)
 
     # -- the loops ----------------------------------------------------------------------------
     def bench_family(self, family: Family, precision: str = "fp32", versions: list[Version] | None = None,
@@ -303,22 +311,9 @@ class Session:
             self.options.time = saved
 
 
-def baseline_specs(family: Family, sizes: dict[str, int], precision: str,
-                   torch: bool) -> tuple[list[dict], Row | None]:
-    """The baselines' providers for a rows job (torch, when asked for and the family has an
-    expression; a copy of its bytes unless it is compute-bound) and, where torch was asked for
-    and is not installed, the torch row saying so."""
-    specs = []
-    torch_row = None
-    if torch and family.torch_expression(precision):
-        if importlib.util.find_spec("torch") is None:
-            torch_row = Row("torch", family.name, title="torch", status="unavailable",
-                            reason="torch is not installed")
-        else:
-            specs.append({"kind": "torch", "precision": precision})
-    if not family.flops:
-        specs.append({"kind": "copy", "bytes": family.bytes_moved(sizes, precision)})
-    return specs, torch_row
+def _torch_and_copy(rows: list[Row], torch_row: Row | None) -> tuple[Row | None, Row | None]:
+    by_kind = {r.kind: r for r in rows}
+    return by_kind.get("torch", torch_row), by_kind.get("copy")
 
 
 def rows_from(res: dict, req: dict, family: str) -> list[Row]:
@@ -336,27 +331,6 @@ def rows_from(res: dict, req: dict, family: str) -> list[Row]:
         for r in rows:
             r.status, r.reason = res["status"], res.get("reason")
     return rows
-
-
-def probe_device(root: Path, refresh: bool, timeout: float, progress: Progress) -> dict:
-    """The device as a fresh child finds it: {"device": ..., "ceiling": ..., "peaks": ...}
-    (the copy ceiling measured again with `refresh`, else read from its cache); NoGPU when there
-    is no usable GPU (or no PyCUDA)."""
-    require_pycuda()
-    progress("measuring the device's copy bandwidth (cached after the first run)")
-    res = run_job({"job": "probe", "root": str(root), "refresh": refresh}, timeout)
-    if res.get("status") == "no_gpu":
-        raise NoGPU(f"{res['reason']}. The workbench needs an NVIDIA GPU with a working "
-                    "driver; without one, use Modal: modal run modal_app.py")
-    if res.get("status") != "passed":
-        raise NoGPU(f"the device probe failed: {res.get('reason', res.get('status'))}")
-    return {"device": res["device"], "ceiling": res["ceiling"], "peaks": res.get("peaks") or {}}
-
-
-def require_pycuda() -> None:
-    if importlib.util.find_spec("pycuda") is None:
-        raise NoGPU("PyCUDA is not installed. On a machine with a CUDA GPU and toolkit: "
-                    "pip install -e '.[gpu]'  (or use Modal: modal run modal_app.py)")
 
 
 def git_commit() -> str | None:

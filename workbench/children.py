@@ -1,5 +1,5 @@
 """The child processes a bench session runs its rows in (isolate.Server): `Children` owns the
-versions' children (a fresh one per version, STANDBY started ahead, finished ones kept idle up to
+versions' children (a fresh one per version, Options.ahead started ahead, finished ones kept idle up to
 LINGER and let go together: release, then settle before the next version runs) and the
 baselines' one long-lived child (torch imported as it starts)."""
 
@@ -12,9 +12,6 @@ from .isolate import Server
 from .ledger import Ledger
 from .options import Options
 
-# Version children started ahead: a child's start (interpreter, imports, CUDA context) takes about
-# as long as a typical version's check and timing, so one started ahead still kept the GPU waiting.
-STANDBY = 2
 # Version children done with their job, kept idle and let go together after the family's versions
 # (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
 LINGER = 12
@@ -26,12 +23,12 @@ class Children:
     def __init__(self, options: Options, ledger: Ledger):
         self.options, self.ledger = options, ledger
         self._baselines: Server | None = None  # the baselines' long-lived child
-        self._versions: Server | None = None   # a fresh child per version, STANDBY of them started ahead
+        self._versions: Server | None = None   # a fresh child per version, Options.ahead of them started ahead
 
     def versions(self) -> Server:
-        """Children for the versions, a fresh one per version, STANDBY of them started ahead."""
+        """Children for the versions, a fresh one per version, Options.ahead of them started ahead."""
         if self._versions is None:
-            self._versions = Server(jobs_per_child=1, standby=STANDBY, linger=LINGER).start()
+            self._versions = Server(jobs_per_child=1, standby=self.options.ahead, linger=LINGER).start()
         return self._versions
 
     def baselines(self) -> Server:
@@ -55,8 +52,9 @@ class Children:
             self._versions.settle()
             self.ledger.spent("releasing finished children", t0)
 
-    def close(self) -> None:
-        """Close the baselines' child, then the versions' (each lets its children go)."""
+    def close(self, wait: bool = True) -> None:
+        """Close the baselines' child, then the versions' (each lets its children go; wait=False:
+        their exits are not waited for, see Server.close)."""
         for server in (self._baselines, self._versions):
             if server is not None:
-                server.close()
+                server.close(wait)

@@ -649,6 +649,10 @@ class Project:
         return sorted(p.name for p in self.kernels_dir.iterdir()
                       if p.is_dir() and (p / "family.toml").exists())
 
+    def reload(self) -> "Project":
+        """A fresh view of the same project, every family and header read again (run --watch)."""
+        return Project(self.root)
+
     def family(self, name: str) -> Family:
         if name not in self._families:
             path = self.kernels_dir / name

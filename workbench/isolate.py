@@ -198,11 +198,19 @@ class Server:
             proc.wait()
             proc.err_file.close()
 
-    def close(self) -> None:
-        self.release()
+    def close(self, wait: bool = True) -> None:
+        """Let every child go. wait=False, at the end of a session (nothing is timed after it):
+        the children's exits and CUDA teardowns are not waited for, and a child that never got a
+        job is killed rather than asked (it may still be starting)."""
+        self.release(wait=wait)
         for proc in [self.proc, *self._ahead]:
             if proc is not None and proc.poll() is None:
+                if not wait and proc is not self.proc:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    continue
                 _let_go(proc)
+                if not wait:
+                    continue
                 try:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:

@@ -5,6 +5,8 @@ are tested without a GPU.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any, Iterable
 
 from rich.console import Group
@@ -174,7 +176,7 @@ def run_report(row: Row, meta: dict, torch: Row | None = None, copy: Row | None 
             ct = copy.best.median_us
             parts.append(Text(f"a plain copy of the same bytes, timed the same way: {fmt_us(ct)} "
                               f"({copy.best.pct_ceiling:.1f}% of the ceiling); this version takes "
-                              f"{best.median_us / ct:.2f}x as long"))
+                              f"{best.median_us / ct:.2f}x as long{kept_note(copy)}"))
         nbytes = best.gbps * best.median_us * 1e3
         if l2_suspect(best.pct_ceiling, nbytes, meta["device"].get("l2_bytes")):
             parts.append(Text(L2_WARNING, style="yellow"))
@@ -196,7 +198,16 @@ def torch_line(torch: Row | None, row: Row | None = None) -> Text | None:
             text.append(f"  -> this version is {speed:.2f}x faster than torch", style="green")
         else:
             text.append(f"  -> torch is {1 / speed:.2f}x faster than this version", style="red")
+    text.append(kept_note(torch), style="dim")
     return text
+
+
+def kept_note(row: Row) -> str:
+    """' (measured at 10:01, kept: ...)' for a baseline row reused from an earlier run."""
+    when = row.extra.get("kept_from")
+    if not when:
+        return ""
+    return f" (measured {when.replace('T', ' ')[:16]}, reused; --fresh-baselines measures again)"
 
 
 # -- bench: a family ----------------------------------------------------------------------------
@@ -466,3 +477,30 @@ def sweep_table(version: Version, axis: str, points: list) -> Table:
                       f"{b.pct_ceiling:.1f}%" if b else "", fmt_us(c.median_us) if c else "",
                       f"{b.median_us / c.median_us:.2f}x" if b and c else "")
     return table
+
+
+def change_line(prev: Row | None, row: Row, changed: list[str] = (), seconds: float | None = None) -> Text:
+    """run --watch, after each table: what was saved, how long from the save to this table, and
+    the best time (and each block size's) against the last run that passed."""
+    text = Text()
+    if changed:
+        text.append("saved " + ", ".join(Path(f).name for f in changed))
+        if seconds is not None:
+            text.append(f"; {seconds:.2f} s from the save to this table")
+        text.append(". ")
+    if not row.passed or not row.best:
+        text.append(f"{row.label}: {row.status}" + (" (the last passing run's numbers stand)" if prev else ""),
+                    style="red")
+        return text
+    if prev is None or not prev.best:
+        text.append(f"first run: best {fmt_us(row.best.median_us)} at block size {fmt_block(row.best.block_size)}")
+        return text
+    a, b = prev.best.median_us, row.best.median_us
+    change = (b - a) / a
+    style = "green" if change < -0.02 else "red" if change > 0.02 else ""
+    text.append(f"best {fmt_us(a)} -> {fmt_us(b)} ({100 * change:+.1f}%)", style=style)
+    per = [f"{fmt_block(bs)}: {100 * (m.median_us - prev.timings[bs].median_us) / prev.timings[bs].median_us:+.1f}%"
+           for bs, m in row.timings.items() if bs in prev.timings and prev.timings[bs].median_us > 0]
+    if per:
+        text.append("  (by block size " + ", ".join(per) + ")", style="dim")
+    return text

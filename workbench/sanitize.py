@@ -133,7 +133,7 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
         if not usable:
             requests[v.path] = None
             continue
-        cases = session.cases(v.family, usable[0], v.precision, extra_sizes=usable[1:], seeds=1)
+        cases = session.store.cases(v.family, usable[0], v.precision, extra_sizes=usable[1:], seeds=1)
         requests[v.path] = {**session.request(v.family, usable[0], v.precision), "time": False,
                             "providers": [{"kind": "version", "version": v.number}], "cases": cases}
     jobs = [(v, tool, requests[v.path]) for tool in tools for v in versions]

@@ -77,7 +77,8 @@ def init_cuda() -> dict:
         driver_version = m.group(1) if m else None
     except OSError:
         driver_version = None
-    _DEVICE = {"name": dev.name(), "compute_capability": f"{major}.{minor}", "driver_version": driver_version,
+    _DEVICE = {"name": dev.name(), "pci": dev.pci_bus_id(), "compute_capability": f"{major}.{minor}",
+               "driver_version": driver_version,
                "sms": dev.get_attribute(a.MULTIPROCESSOR_COUNT), "l2_bytes": dev.get_attribute(a.L2_CACHE_SIZE),
                "memory_bytes": dev.total_memory(), "driver": drv.get_driver_version(),
                "cuda": ".".join(map(str, drv.get_version())), "clock_mhz": dev.get_attribute(a.CLOCK_RATE) // 1000}

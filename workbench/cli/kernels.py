@@ -118,19 +118,33 @@ def _options(sizes=None, block_sizes=(), seed=Options.seed, seeds=Options.seeds,
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Where --sweep's plot goes [FAMILY_V_AXIS.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the result as JSON.")
 @click.option("--force", is_flag=True, help="Replace an existing --json or --plot file.")
+@click.option("--watch", is_flag=True,
+              help="Stay up: run again on every save of the version's file or a header it includes, "
+                   "with the change against the run before.")
+@click.option("--fresh-baselines", is_flag=True,
+              help="Measure the torch and copy rows again (by default a run reuses the ones measured in the "
+                   "last 24 h at the same sizes, options and device and says when; bench always measures).")
 @click.pass_obj
-def run(project: Project, family, version, block_sizes, sweep, plot_path, json_path, force, **kw):
-    """Compile a version, check it against the reference, time it across block sizes."""
-    from ..bench import Session, require_pycuda
-    from ..results import FamilyResult, save, write_json
+def run(project: Project, family, version, block_sizes, sweep, plot_path, json_path, force, fresh_baselines,
+        watch, **kw):
+    """Compile a version, check it against the reference, time it across block sizes.
+
+    With --watch it stays up: every save of the version's file, or of a header it includes,
+    compiles, checks and times it again, and prints the table with the change against the run
+    before. A compile error or a failed check is shown and the watch goes on; Ctrl-C ends it.
+    """
+    from ..bench import require_pycuda
     v = project.family(family).version(version)
     sizes = v.family.parse_sizes(kw["sizes"])  # a bad --sizes fails before any work
     if why := v.unlisted_block_sizes(block_sizes):  # as does a block size the header does not list
         raise SizesError(why)
+    if sweep and watch:
+        raise UsageError("--watch and --sweep do not go together: watch one size set, or sweep once")
     if not sweep and (unmet := v.unmet(sizes)):  # and sizes its preconditions refuse
         raise SizesError(f"{v.label} refuses {v.family.format_sizes(sizes)}: it requires {' and '.join(unmet)}")
+    axis = values = None
     if sweep:
-        from ..plot import parse_sweep, plot_sweep, sweep_point
+        from ..plot import parse_sweep
         axis, values = parse_sweep(sweep)
         if axis not in v.family.sizes:
             raise SizesError(f"--sweep {axis}: {family} has no size {axis} (its sizes: {', '.join(v.family.sizes)})")
@@ -140,23 +154,27 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
     require_pycuda()
     opts = _options(block_sizes=block_sizes, **kw)
     opts.test_sizes = opts.test_sizes and not sweep
+    # one version: its child starts at once and none ahead (--watch: one, ready for the next
+    # save), no staging owner (one user of the cases), the baselines kept from an earlier run
+    # (unless --fresh-baselines)
+    opts.ahead, opts.stage, opts.kept_baselines = int(watch), False, not fresh_baselines
+    if sweep:
+        _run_sweep(project, v, opts, axis, values, plot_path, json_path)
+    elif watch:
+        _run_watch(project, v, opts, sizes)
+    else:
+        _run_once(project, v, opts, sizes, json_path)
+
+
+def _run_once(project: Project, v, opts: Options, sizes: dict, json_path) -> None:
+    from ..bench import Session
+    from ..results import FamilyResult, save
     with Session(project, opts) as session, err_console.status("starting") as status:
         session.progress = lambda text: status.update(escape(text))
+        session.head_start(v.family, sizes, v.precision)
         run_ = session.new_run()
-        if sweep:
-            points = session.sweep(v, axis, values)
-        else:
-            row = session.run_version(v)
-            torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision) if row.passed else (None, None)
-    if sweep:
-        console.print(report.sweep_table(v, axis, points))
-        data = {"family": family, "version": v.number, "axis": axis, "device": run_.device, "ceiling": run_.ceiling,
-                "points": [sweep_point(r.to_json(), axis, c.to_json() if c else None) for r, c in points]}
-        if any(r.passed for r, _ in points):
-            console.print(f"plot written to {plot_sweep(data, plot_path)}")
-        if json_path:
-            write_json(json_path, data)
-        sys.exit(0 if all(r.passed or r.status == "refused" for r, _ in points) else 1)
+        row = session.run_version(v)
+        torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision) if row.passed else (None, None)
     console.print(report.run_report(row, run_.meta, torch, copy))
     if json_path:
         run_.put(FamilyResult(v.family.name, v.family.title, row.sizes, v.family.bytes_moved(row.sizes, v.precision),
@@ -164,6 +182,64 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
         save(json_path, run_)
     if not row.passed:
         sys.exit(1)
+
+
+def _run_sweep(project: Project, v, opts: Options, axis: str, values, plot_path, json_path) -> None:
+    from ..bench import Session
+    from ..plot import plot_sweep, sweep_point
+    from ..results import write_json
+    with Session(project, opts) as session, err_console.status("starting") as status:
+        session.progress = lambda text: status.update(escape(text))
+        session.head_start(v.family, None, v.precision)
+        run_ = session.new_run()
+        points = session.sweep(v, axis, values)
+    console.print(report.sweep_table(v, axis, points))
+    data = {"family": v.family.name, "version": v.number, "axis": axis, "device": run_.device, "ceiling": run_.ceiling,
+            "points": [sweep_point(r.to_json(), axis, c.to_json() if c else None) for r, c in points]}
+    if any(r.passed for r, _ in points):
+        console.print(f"plot written to {plot_sweep(data, plot_path)}")
+    if json_path:
+        write_json(json_path, data)
+    sys.exit(0 if all(r.passed or r.status == "refused" for r, _ in points) else 1)
+
+
+def _run_watch(project: Project, v, opts: Options, sizes: dict) -> None:
+    """run --watch: the session (its case files, the baselines, a child started ahead) stays up;
+    each save reads the header again and runs the version in a fresh child."""
+    import time
+
+    from ..bench import Session
+    from ..watch import stamp, wait_for_change
+    family, number = v.family.name, v.number
+    prev = torch = copy = None
+    with Session(project, opts) as session:
+        with err_console.status("starting") as status:
+            session.progress = lambda text: status.update(escape(text))
+            session.head_start(v.family, sizes, v.precision)
+            run_ = session.new_run()
+        since, changed, t_save = stamp(v.path), [], None
+        try:
+            while True:
+                with err_console.status(f"{v.label}: compile, check, time") as status:
+                    session.progress = lambda text: status.update(escape(text))
+                    try:
+                        v = project.reload().family(family).version(number)  # the header may have changed
+                        row = session.run_version(v)
+                    except WorkbenchError as e:
+                        err_console.print(f"[red]{escape(str(e))}[/]")
+                        row = None
+                    if row is not None and row.passed and torch is None:
+                        torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision)
+                if row is not None:
+                    console.print(report.run_report(row, run_.meta, torch, copy))
+                    console.print(report.change_line(prev, row, changed, time.time() - t_save if t_save else None))
+                    prev = row if row.passed else prev
+                err_console.print(f"[dim]watching {len(stamp(v.path))} file(s) of {v.label}; save to run again, "
+                                  f"Ctrl-C to stop[/]")
+                since, changed = wait_for_change(v.path, since)
+                t_save = max(m for f, m, _ in since if f in changed) / 1e9 if changed else time.time()
+        except KeyboardInterrupt:
+            err_console.print("[dim]watch ended[/]")
 
 
 @cli.command()

@@ -1,0 +1,95 @@
+"""On the GPU: the daily loop. `run --watch` on a copy of the project (a save runs the version
+again and says how long from the save to the table; a compile error is shown and the watch goes
+on; Ctrl-C ends it with status 0), and a second `run` reusing the baselines the first measured."""
+
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, Bounded, bounded
+
+pytestmark = pytest.mark.gpu
+
+
+def project_copy(tmp_path):
+    for part in ("kernels/layernorm_forward", "kernels/common", "references"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    return tmp_path
+
+
+def env_for(root, cache):
+    return {**os.environ, "WORKBENCH_ROOT": str(root), "WORKBENCH_CACHE": str(cache), "COLUMNS": "200",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
+class Lines:
+    """A process's stdout and stderr, line by line, waited on with deadlines."""
+
+    def __init__(self, proc):
+        self.q, self.seen = queue.Queue(), []
+        for stream in (proc.stdout, proc.stderr):
+            threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream):
+        for line in stream:
+            self.q.put(line)
+
+    def wait_for(self, text, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"no {text!r} within {timeout} s; output so far:\n{''.join(self.seen)[-4000:]}")
+
+
+def test_watch_runs_again_on_each_save_and_survives_a_compile_error(tmp_path):
+    root = project_copy(tmp_path / "project")
+    source = next((root / "kernels" / "layernorm_forward").glob("4_*.cu"))
+    p = Bounded([sys.executable, "-m", "workbench", "run", "layernorm_forward", "4", "--watch", "--no-torch"],
+                env_for(root, tmp_path / "cache"), stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, cwd=root)
+    try:
+        lines = Lines(p.proc)
+        lines.wait_for("first run: best", 180)
+        lines.wait_for("watching", 30)
+        source.write_text(source.read_text() + "\n// an edit\n")
+        line = lines.wait_for("saved 4_", 60)
+        assert "s from the save to this table" in line
+        lines.wait_for("watching", 30)
+        good = source.read_text()
+        source.write_text(good.replace("float m = sum / C;", "float m = sum / C"))
+        lines.wait_for("does not compile", 60)
+        lines.wait_for("watching", 30)
+        source.write_text(good + "\n// mended\n")
+        lines.wait_for("saved 4_", 60)
+        p.proc.send_signal(signal.SIGINT)
+        code, _, _ = p.wait(30)
+        assert code == 0
+    finally:
+        p.kill()
+
+
+def test_a_second_run_reuses_the_baselines_and_says_so(tmp_path):
+    root = project_copy(tmp_path / "project")
+    env = env_for(root, tmp_path / "cache")
+    cmd = [sys.executable, "-m", "workbench", "run", "layernorm_forward", "4"]
+    first = bounded(cmd, 300, env=env, cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "torch F.layer_norm" in first.stdout and "reused" not in first.stdout
+    second = bounded(cmd, 300, env=env, cwd=root)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "reused; --fresh-baselines measures again" in second.stdout
+    third = bounded([*cmd, "--fresh-baselines"], 300, env=env, cwd=root)
+    assert third.returncode == 0 and "reused" not in third.stdout

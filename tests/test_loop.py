@@ -1,0 +1,174 @@
+"""The daily loop's parts that need no GPU: the device's identity and the probe kept for it, the
+baselines kept between runs, what `run --watch` watches and when it wakes, the change line, and
+the CLI's refusals."""
+
+import datetime
+import threading
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from workbench import device, watch
+from workbench.baselines import BaselineCache, KeptBaselines, baseline_key
+from workbench.cli.app import cli
+from workbench.family import Project
+from workbench.options import Options
+from workbench.report import change_line
+from workbench.results import Measured, Row, Timing
+
+from conftest import ROOT
+
+
+def fake_proc(tmp_path: Path, model="NVIDIA H100 80GB HBM3", bus="0000:19:00.0", driver="580.159.04") -> Path:
+    proc = tmp_path / "nvidia"
+    (proc / "gpus" / bus).mkdir(parents=True)
+    (proc / "version").write_text(f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {driver}  Release Build\n")
+    (proc / "gpus" / bus / "information").write_text(
+        f"Model: \t\t {model}\nIRQ:   \t\t 0\nGPU UUID: \t GPU-1234\nBus Location: \t {bus}\n")
+    return proc
+
+
+def test_the_identity_names_the_driver_the_gpus_and_the_visible_devices(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    one = device.host_identity(fake_proc(tmp_path / "a"))
+    assert "580.159.04" in one and "H100" in one and "0000:19:00.0" in one
+    assert device.host_identity(fake_proc(tmp_path / "b", driver="590.1")) != one
+    assert device.host_identity(fake_proc(tmp_path / "c", model="NVIDIA H200")) != one
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert device.host_identity(fake_proc(tmp_path / "d")) != one
+    assert device.host_identity(tmp_path / "missing") is None  # then every session probes
+
+
+def test_a_probe_is_kept_per_identity_with_the_peaks_measured_since(tmp_path):
+    answer = {"device": {"name": "H100", "pci": "0000:19:00.0", "driver": 13000}, "ceiling": {"gbps": 3012.0},
+              "peaks": {"bf16": 700.0}}
+    assert device.cached_probe("machine A", tmp_path) is None
+    device.keep_probe("machine A", answer, tmp_path)
+    hit = device.cached_probe("machine A", tmp_path)
+    assert hit["device"] == answer["device"] and hit["ceiling"] == answer["ceiling"]
+    assert hit["peaks"] == {}  # peaks are read from doctor's file, not frozen in the probe
+    (tmp_path / "peak.json").write_text('{"H100|0000:19:00.0|13000|bf16": 712.5, "other|x|1|bf16": 1.0}')
+    assert device.cached_probe("machine A", tmp_path)["peaks"] == {"bf16": 712.5}
+    assert device.cached_probe("machine B", tmp_path) is None
+    assert device.cached_probe(None, tmp_path) is None
+    device.keep_probe(None, answer, tmp_path)  # no identity: nothing kept, nothing breaks
+
+
+def torch_row(status="passed") -> Row:
+    r = Row("torch", "layernorm_forward", title="torch", status=status, expression="F.layer_norm(...)")
+    r.timings = {None: Measured(None, Timing(34.7, 34.0, 35.5, 100, 0.04), 1454.0, 48.3)}
+    return r
+
+
+def test_kept_baselines_come_back_marked_and_expire_after_a_day(tmp_path):
+    family = Project(ROOT).family("layernorm_forward")
+    sizes = family.parse_sizes(None)
+    clock = [datetime.datetime(2026, 11, 27, 10, 0)]
+    cache = BaselineCache(tmp_path, now=lambda: clock[0])
+    dev = {"name": "H100", "pci": "0000:19:00.0", "driver_version": "580"}
+    kept = KeptBaselines(Options(kept_baselines=True), lambda: dev, cache)
+    assert kept.get(family, sizes, "fp32") is None
+    kept.put(family, sizes, "fp32", [torch_row()])
+    rows = kept.get(family, sizes, "fp32")
+    assert [r.kind for r in rows] == ["torch"] and rows[0].best.median_us == 34.7
+    assert rows[0].extra["kept_from"] == "2026-11-27T10:00:00"
+    assert kept.get(family, {**sizes, "B": 4}, "fp32") is None          # other sizes
+    assert KeptBaselines(Options(kept_baselines=True, budget=1.0), lambda: dev, cache).get(family, sizes, "fp32") is None
+    assert KeptBaselines(Options(kept_baselines=True), lambda: {**dev, "name": "H200"}, cache).get(family, sizes, "fp32") is None
+    assert KeptBaselines(Options(), lambda: dev, cache).get(family, sizes, "fp32") is None  # bench: never
+    clock[0] += datetime.timedelta(hours=25)
+    assert kept.get(family, sizes, "fp32") is None
+
+
+def test_a_failed_baseline_is_not_kept(tmp_path):
+    family = Project(ROOT).family("layernorm_forward")
+    cache = BaselineCache(tmp_path)
+    kept = KeptBaselines(Options(kept_baselines=True), lambda: {"name": "H100"}, cache)
+    kept.put(family, family.parse_sizes(None), "fp32", [torch_row("failed")])
+    assert kept.get(family, family.parse_sizes(None), "fp32") is None
+
+
+def test_the_key_follows_the_family_files(tmp_path):
+    project = Project(ROOT)
+    family = project.family("layernorm_forward")
+    sizes = family.parse_sizes(None)
+    key = baseline_key(family, sizes, "fp32", Options(), {"name": "H100"}, [])
+    assert key == baseline_key(family, sizes, "fp32", Options(), {"name": "H100"}, [])
+    assert key != baseline_key(family, sizes, "bf16", Options(), {"name": "H100"}, [])
+    assert key != baseline_key(family, sizes, "fp32", Options(flush=False), {"name": "H100"}, [])
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_watch_follows_the_local_headers(tmp_path):
+    v = tmp_path / "kernels" / "fam" / "2_x.cu"
+    write(v, '#include "own.cuh"\n#include "shared.cuh"\n#include <cuda_bf16.h>\n')
+    write(tmp_path / "kernels" / "fam" / "own.cuh", "// mine\n")
+    write(tmp_path / "kernels" / "common" / "shared.cuh", '#include "deeper.cuh"\n')
+    write(tmp_path / "kernels" / "common" / "deeper.cuh", "// deeper\n")
+    names = [p.name for p in watch.build_files(v)]
+    assert names == ["2_x.cu", "own.cuh", "shared.cuh", "deeper.cuh"]
+
+
+def test_watch_wakes_on_a_save_of_a_header_and_names_it(tmp_path):
+    v = tmp_path / "kernels" / "fam" / "1_x.cu"
+    write(v, '#include "h.cuh"\n')
+    header = tmp_path / "kernels" / "common" / "h.cuh"
+    write(header, "// one\n")
+    since = watch.stamp(v)
+    result = {}
+
+    def waiter():
+        result["got"] = watch.wait_for_change(v, since)
+
+    t = threading.Thread(target=waiter, daemon=True)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()  # nothing changed: still waiting
+    header.write_text("// two, longer\n")
+    t.join(timeout=10)
+    assert not t.is_alive(), "the save was not seen"
+    stamp, changed = result["got"]
+    assert changed == [str(header.resolve())] and stamp == watch.stamp(v)
+
+
+def test_watch_waits_for_a_save_in_steps_to_settle(tmp_path):
+    v = tmp_path / "kernels" / "fam" / "1_x.cu"
+    write(v, "a\n")
+    since = watch.stamp(v)
+    writes = iter(["ab\n", "abc\n", "abcd\n"])
+
+    def sleep(_):  # each pause of the watcher sees one more write, then none
+        nxt = next(writes, None)
+        if nxt is not None:
+            v.write_text(nxt)
+
+    stamp, changed = watch.wait_for_change(v, since, sleep=sleep)
+    assert v.read_text() == "abcd\n" and stamp == watch.stamp(v) and changed == [str(v.resolve())]
+
+
+def timed_row(us: dict[int, float], status="passed") -> Row:
+    r = Row("version", "layernorm_forward", 4, "x", status=status)
+    r.timings = {bs: Measured(bs, Timing(t, t, t, 10, 0.0), 1000.0, 33.0) for bs, t in us.items()}
+    return r
+
+
+def test_the_change_line_says_what_moved():
+    prev, now = timed_row({256: 30.0, 512: 29.8}), timed_row({256: 27.0, 512: 26.8})
+    text = change_line(prev, now, ["/x/4_one_pass.cu"], 1.234).plain
+    assert "saved 4_one_pass.cu; 1.23 s from the save to this table" in text
+    assert "29.8 µs -> 26.8 µs (-10.1%)" in text and "256: -10.0%" in text
+    assert "first run" in change_line(None, now).plain
+    failed = change_line(prev, timed_row({}, status="failed")).plain
+    assert "failed" in failed and "last passing run" in failed
+
+
+def test_watch_and_sweep_are_refused_together_before_any_gpu_work():
+    r = CliRunner().invoke(cli, ["run", "layernorm_forward", "4", "--watch", "--sweep", "C=256..1024"])
+    assert r.exit_code == 2 and "--watch and --sweep" in r.output
+    r = CliRunner().invoke(cli, ["run", "--help"])
+    assert "--watch" in r.output and "--fresh-baselines" in r.output
