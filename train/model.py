@@ -361,14 +361,13 @@ class ProgramMLP:
         fc_back = mm_back(at("dln"), grad("fcw", l), grad("fcb", l), at("dfch"), at("ln2", l), param("fcw", l), C,
                           4 * C, f"layer {l} fc")
         if "matmul_backward_dgelu" in self.fused:  # fc's bias gradient comes out of the fused call
-            return [Call("matmul_backward_dgelu", {**self._bt, "C": 4 * C, "OC": C},
+            fcproj = Call("matmul_backward_dgelu", {**self._bt, "C": 4 * C, "OC": C},
                          {"dpre": at("dfch"), "dpre_bias": grad("fcb", l), "dweight": grad("fcprojw", l),
                           "dout": at("dresidual"), "inp": at("fch_gelu", l), "pre": at("fch", l),
-                          "weight": param("fcprojw", l)}, self._tf32, f"layer {l} fcproj+gelu"),
-                    Call("matmul_backward_bias", {**self._bt, "OC": C}, {"dbias": grad("fcprojb", l),
-                                                                        "dout": at("dresidual")},
-                         label=f"layer {l} fcproj bias"),
-                    fc_back[0]]
+                          "weight": param("fcprojw", l)}, self._tf32, f"layer {l} fcproj+gelu")
+            fcproj_bias = Call("matmul_backward_bias", {**self._bt, "OC": C},
+                               {"dbias": grad("fcprojb", l), "dout": at("dresidual")}, label=f"layer {l} fcproj bias")
+            return [fcproj, fcproj_bias, fc_back[0]]  # fc_back[1], fc's bias gradient, is done
         b = mm_back(at("dfch_gelu"), grad("fcprojw", l), grad("fcprojb", l), at("dresidual"), at("fch_gelu", l),
                     param("fcprojw", l), 4 * C, C, f"layer {l} fcproj")
         b.append(Call("gelu_backward", {**self._bt, "C": 4 * C},
@@ -497,8 +496,9 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
             raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
-        if set(fused) - set(FUSED_GELU):
-            raise ValueError(f"fused may name {', '.join(FUSED_GELU)}, not {', '.join(sorted(set(fused) - set(FUSED_GELU)))}")
+        unknown = sorted(set(fused) - set(FUSED_GELU))
+        if unknown:
+            raise ValueError(f"fused may name {', '.join(FUSED_GELU)}, not {', '.join(unknown)}")
         self.precision, self.fused = precision, tuple(fused)
         self.attention_variant = attention_variant(attention, precision)
         if self.attention_variant == "tf32" and not tf32:
