@@ -193,3 +193,38 @@ def test_library_gemm_is_row_major_and_batched(op, trans_a, trans_b):
     opb = B.transpose(0, 2, 1) if trans_b else B
     want = opa.astype(np.float64) @ opb + (bias if op == "gemm_lt" else 0)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_library_gelu_epilogues_keep_the_gelu_input_and_sum_the_gelu_gradient_over_rows():
+    """gemm_lt's GELU_AUX_BIAS writes gelu(A B^T + bias) and, to aux, its input; DGELU_BGRAD
+    writes gelu'(aux) * (A B) and, to bias_grad, that result's sums over D's rows (one per
+    column): the semantics matmul_forward_gelu and matmul_backward_dgelu rely on, at pure FP32."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+
+    from references.gelu_backward import gelu_backward
+    from references.gelu_forward import gelu_forward
+    from workbench import library_calls
+    rng = np.random.default_rng(0)
+    m, n, k = 37, 24, 19
+    A = rng.normal(size=(m, k)).astype(np.float32)
+    W = rng.normal(0, 0.5, size=(n, k)).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    a, w, bb = drv.to_device(A), drv.to_device(W), drv.to_device(bias)
+    d, aux = drv.mem_alloc(m * n * 4), drv.mem_alloc(m * n * 4)
+    stream = drv.Stream()
+    library_calls.gemm_lt(a=int(a), b=int(w), d=int(d), m=m, n=n, k=k, trans_b=True, bias=int(bb), gelu=True,
+                          aux=int(aux))(stream)
+    stream.synchronize()
+    pre = A.astype(np.float64) @ W.T + bias
+    np.testing.assert_allclose(drv.from_device(aux, (m, n), np.float32), pre, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(drv.from_device(d, (m, n), np.float32), gelu_forward(pre)["out"], atol=1e-4, rtol=1e-4)
+    G = rng.normal(size=(m, k)).astype(np.float32)  # D = gelu'(pre) * (G @ V), V (k x n)
+    V = rng.normal(0, 0.5, size=(k, n)).astype(np.float32)
+    g, v, dbias = drv.to_device(G), drv.to_device(V), drv.mem_alloc(n * 4)
+    library_calls.gemm_lt(a=int(g), b=int(v), d=int(d), m=m, n=n, k=k, dgelu=True, aux=int(aux),
+                          bias_grad=int(dbias))(stream)
+    stream.synchronize()
+    want = gelu_backward(drv.from_device(aux, (m, n), np.float32).astype(np.float64), G.astype(np.float64) @ V)["dinp"]
+    np.testing.assert_allclose(drv.from_device(d, (m, n), np.float32), want, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(drv.from_device(dbias, (n,), np.float32), want.sum(axis=0), atol=1e-3, rtol=1e-4)

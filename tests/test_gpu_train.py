@@ -30,11 +30,21 @@ def world():
             "stream": drv.Stream()}
 
 
-def make_backend(world, params):
+# The MLP's fc layer and GELU as separate calls, and fused into their GEMMs' epilogues (where the
+# fused families are promoted at fp32: the trainer uses them then).
+FUSED = pytest.mark.parametrize("fused", [(), ("matmul_forward_gelu", "matmul_backward_dgelu")],
+                                ids=["unfused", "fused"])
+
+
+def make_backend(world, params, fused=()):
     from train.model import Program
     from train.backends import KernelBackend, PromotedSet
-    program = Program(world["config"], B, T, tf32=False)
-    backend = KernelBackend(program, PromotedSet())
+    promoted = PromotedSet()
+    missing = [f for f in fused if not promoted.serves(f)]
+    if missing:
+        pytest.skip(f"no fp32 version of {', '.join(missing)} is promoted")
+    program = Program(world["config"], B, T, tf32=False, fused=fused)
+    backend = KernelBackend(program, promoted)
     backend.upload("params", params.astype(np.float32))
     return program, backend
 
@@ -49,10 +59,11 @@ def feed(backend, x, y, step):
     backend.upload("optimizer_scalars", np.array([LR, 0.9, 0.999, 1e-8, 0.0, step + 1], dtype=np.float32))
 
 
-def test_logits_loss_and_every_gradient_match_pytorch(world):
+@FUSED
+def test_logits_loss_and_every_gradient_match_pytorch(world, fused):
     from train.gpt2_torch import GPT, forward_backward
     config, stream = world["config"], world["stream"]
-    program, backend = make_backend(world, world["params"])
+    program, backend = make_backend(world, world["params"], fused)
     x, y = world["batches"][0]
     feed(backend, x, y, 0)
     backend.run(program.forward, stream)
@@ -74,10 +85,11 @@ def test_logits_loss_and_every_gradient_match_pytorch(world):
     assert errors["loss"] < 1e-2 and errors["logits"] < 1e-2 and errors["grads"] < 1e-2, errors
 
 
-def test_ten_adamw_steps_give_the_same_losses(world):
+@FUSED
+def test_ten_adamw_steps_give_the_same_losses(world, fused):
     from train.gpt2_torch import GPT
     torch, config, stream = world["torch"], world["config"], world["stream"]
-    program, backend = make_backend(world, world["params"])
+    program, backend = make_backend(world, world["params"], fused)
     ours = []
     for step, (x, y) in enumerate(world["batches"]):
         feed(backend, x, y, step)

@@ -77,12 +77,19 @@ class Graph:
 
 class Promoted:
     manifest: dict = {}
+    served: tuple = ()  # the optional (fused) families promoted, where a test sets them
 
     def __init__(self, deterministic=False):
         pass
 
     def stand_ins(self, families):
         return {}
+
+    def serves(self, family, precision="fp32"):
+        return family in self.served
+
+    def entry(self, family, precision="fp32"):
+        return {"family": family, "version": 2, "title": "a host stand-in"}
 
 
 @pytest.fixture
@@ -138,6 +145,18 @@ def test_the_loop_trains_and_logs_in_llmc_format(host_gpu, data, tmp_path):
     assert s["lrs"][:3] == [5e-3, 1e-2, 1e-2] and s["lrs"][-1] == 0.0  # warm-up, then cosine down to 0
     lines = (tmp_path / "log.txt").read_text().splitlines()
     assert lines[0] == f"s:0 tel:{s['val_losses'][0][1]:.6f}" and f"s:6 trl:{s['losses'][-1]:.6f}" in lines
+
+
+def test_the_fused_mlp_runs_where_its_families_are_promoted_unless_no_fuse_gelu(host_gpu, data, tmp_path, monkeypatch):
+    from train.model import FUSED_GELU
+    plain = run(tmp_path, "plain", **data, batch=2, steps=3)
+    assert HostKernels.live.program.fused == ()  # nothing promoted: the separate calls
+    monkeypatch.setattr(Promoted, "served", FUSED_GELU)
+    fused = run(tmp_path, "fused", **data, batch=2, steps=3)
+    assert HostKernels.live.program.fused == FUSED_GELU
+    np.testing.assert_allclose(fused["losses"], plain["losses"], rtol=1e-6)
+    off = run(tmp_path, "off", **data, batch=2, steps=3, fuse_gelu=False)
+    assert HostKernels.live.program.fused == () and off["losses"] == plain["losses"]
 
 
 def test_accumulating_two_micro_steps_equals_a_batch_twice_as_large(host_gpu, data, tmp_path):
@@ -271,7 +290,7 @@ def test_under_open_mpi_a_checkpointing_run_says_how_to_give_ranks_time_to_stop(
     """mpirun kills an interrupted job's ranks 1 s after its SIGTERM unless told otherwise."""
     notes = []
     ui = types.SimpleNamespace(note=notes.append)
-    program = types.SimpleNamespace(shard_elems=10, num_params=10, world=2, calls=[])
+    program = types.SimpleNamespace(shard_elems=10, num_params=10, world=2, calls=[], fused=())
     t = types.SimpleNamespace(program=program, promoted=Promoted())
     run_ = types.SimpleNamespace(opts=TrainOptions(checkpoint_every=5), resume=None,
                                  launch=Launch(world=2, rank=0, launcher="OMPI_COMM_WORLD_SIZE"))

@@ -317,3 +317,61 @@ def test_the_embedding_backward_reads_the_plan_from_buffers_of_its_contracts_siz
     sizes = _family_sizes(family, call)
     assert family.env(sizes)["P"] == words
     check_wiring(family, call, sizes, {name: spec.dtype for name, spec in p.buffers.items()})
+
+
+# -- the MLP's fc layer and GELU fused into their GEMMs' epilogues (Program(fused=FUSED_GELU)) -------------
+from train.model import FUSED_GELU  # noqa: E402
+
+
+def test_the_fused_mlp_makes_fewer_calls_over_the_same_buffers():
+    """Fused: one call for fc + GELU (forward) and one for fcproj's input and weight gradients with
+    the GELU's backward and fc's bias gradient (backward), 3 calls a layer fewer; the same buffers,
+    bound with the same meaning (fch the GELU's input, fch_gelu its output, dfch the gradient at fch)."""
+    plain, fused = Program(MICRO, 2, 8), Program(MICRO, 2, 8, fused=FUSED_GELU)
+    L = MICRO.num_layers
+    assert len(fused.forward) == len(plain.forward) - L and len(fused.backward) == len(plain.backward) - 2 * L
+    assert fused.buffers == plain.buffers and fused.memory() == plain.memory()
+    families = [c.family for c in fused.calls]
+    assert families.count("matmul_forward_gelu") == families.count("matmul_backward_dgelu") == L
+    assert "gelu_forward" not in families and "gelu_backward" not in families
+    (fwd,) = [c for c in fused.forward if c.family == "matmul_forward_gelu" and c.label.startswith("layer 0")]
+    assert (fwd.args["pre"], fwd.args["out"]) == (fused.at("fch", 0), fused.at("fch_gelu", 0))
+    (bwd,) = [c for c in fused.calls if c.family == "matmul_backward_dgelu" and c.label.startswith("layer 0")]
+    assert bwd.args["dpre"] == fused.at("dfch") and bwd.args["pre"] == fused.at("fch", 0)
+    assert bwd.args["dpre_bias"] == fused.grad("fcb", 0) and bwd.args["dweight"] == fused.grad("fcprojw", 0)
+    # fc's bias gradient is written by the fused call alone; fcproj's still by matmul_backward_bias
+    writers = [c.family for c in fused.calls for ref in c.args.values() if ref == fused.grad("fcb", 0)]
+    assert writers == ["matmul_backward_dgelu"]
+    assert fused.family_sizes()["matmul_backward_dgelu"] == [{"B": 2, "T": 8, "C": 4 * MICRO.channels, "OC": MICRO.channels}]
+    with pytest.raises(ValueError, match="fused may name"):
+        Program(MICRO, 2, 8, fused=("gelu_forward",))
+
+
+@pytest.mark.parametrize("fused", [FUSED_GELU[:1], FUSED_GELU[1:], FUSED_GELU])
+def test_the_fused_mlp_step_equals_the_numpy_gpt2(fused):
+    """Through the references, the fused program computes the unfused one's step: the same
+    activations and loss, every gradient equal to the NumPy GPT-2's."""
+    B, T = 2, 8
+    plain, backend, params, tokens, targets = run_step(MICRO, B, T)
+    program = Program(MICRO, B, T, fused=fused)
+    fused_backend = ReferenceBackend(program)
+    for name in ("params", "tokens", "targets"):
+        fused_backend.host[name][:] = backend.host[name]
+    backend.run(plain.forward + plain.loss + plain.backward)
+    fused_backend.run(program.forward + program.loss + program.backward)
+    for name in ("fch", "fch_gelu", "residual3", "losses", "dfch", "dln", "grads"):
+        np.testing.assert_allclose(fused_backend.host[name], backend.host[name], rtol=1e-12, atol=1e-14, err_msg=name)
+    want = gpt2_forward(params, MICRO, tokens, targets)
+    np.testing.assert_allclose(fused_backend.host["grads"], gpt2_backward(params, MICRO, want["acts"]), rtol=1e-10, atol=1e-12)
+
+
+def test_fused_two_micro_steps_of_b_equal_one_step_of_2b():
+    """fc's bias gradient accumulates across micro-steps like every gradient, though cuBLASLt's
+    epilogue writes its column sums: the fused family's contract adds them in (dpre_bias +=)."""
+    params = fresh_init(MICRO, 0) + np.random.default_rng(1).normal(0, 0.05, layout(MICRO).total)
+    tokens, targets = batch(4)
+    (pa,), (a,) = one_optimizer_step(2, 8, tokens, targets, params, micro_steps=2, fused=FUSED_GELU)
+    (pb,), (b,) = one_optimizer_step(4, 8, tokens, targets, params)
+    fcb = pa.grad("fcb", 0)
+    assert np.abs(a.view(fcb)).max() > 0
+    np.testing.assert_allclose(a.host["grads"], b.host["grads"], rtol=1e-12, atol=1e-16)

@@ -90,6 +90,10 @@ class PromotedSet:
         good = [v.number for v in versions if v.deterministic and not any(v.unmet(s) for s in sizes)]
         return str(good[-1]) if good and any(not v.deterministic for v in versions) else "VERSION"
 
+    def serves(self, family: str, precision: str = "fp32") -> bool:
+        """Whether a version of `family` is promoted at `precision` (the fused families are optional)."""
+        return entry_key(family, precision) in self.manifest
+
     def stand_ins(self, families, precision: str = "fp32") -> dict[str, dict]:
         """family -> the @deterministic entry that serves it in place of its promoted version."""
         return {f: self.entry(f, precision) for f in families

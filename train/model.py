@@ -275,9 +275,7 @@ class ProgramPasses:
                       {"residual": at("residual2", l), "normed": at("ln2", l), "mean": at("ln2_mean", l),
                        "rstd": at("ln2_rstd", l), "inp1": self._residual_of(l), "inp2": at("attproj", l),
                        "weight": param("ln2w", l), "bias": param("ln2b", l)}, label=f"layer {l} residual+ln2"))
-        f.append(mm(at("fch", l), at("ln2", l), param("fcw", l), param("fcb", l), C, 4 * C, f"layer {l} fc"))
-        f.append(Call("gelu_forward", {**bt, "C": 4 * C}, {"out": at("fch_gelu", l), "inp": at("fch", l)},
-                      label=f"layer {l} gelu"))
+        f += self._fc_forward(l)
         f.append(mm(at("fcproj", l), at("fch_gelu", l), param("fcprojw", l), param("fcprojb", l), 4 * C, C,
                     f"layer {l} fcproj"))
         last = l == L - 1
@@ -319,12 +317,7 @@ class ProgramPasses:
         at, param, grad, mm_back, ln_back = self.at, self.param, self.grad, self._mm_back, self._ln_back
         _, att_bwd = ATTENTION[self.attention]
         # dresidual holds d(residual3[l]): the MLP branch
-        b = mm_back(at("dfch_gelu"), grad("fcprojw", l), grad("fcprojb", l), at("dresidual"), at("fch_gelu", l),
-                    param("fcprojw", l), 4 * C, C, f"layer {l} fcproj")
-        b.append(Call("gelu_backward", {**self._bt, "C": 4 * C},
-                      {"dinp": at("dfch"), "inp": at("fch", l), "dout": at("dfch_gelu")}, label=f"layer {l} gelu"))
-        b += mm_back(at("dln"), grad("fcw", l), grad("fcb", l), at("dfch"), at("ln2", l), param("fcw", l), C, 4 * C,
-                     f"layer {l} fc")
+        b = self._mlp_backward(l)
         b.append(ln_back(grad("ln2w", l), grad("ln2b", l), at("residual2", l), param("ln2w", l), at("ln2_mean", l),
                          at("ln2_rstd", l), f"layer {l} ln2"))
         # now dresidual holds d(residual2[l]): the attention branch
@@ -340,6 +333,46 @@ class ProgramPasses:
                          at("ln1_rstd", l), f"layer {l} ln1"))
         # now dresidual holds d(residual entering layer l)
         return b
+
+
+# The fused families the MLP may run in place of matmul + GELU (forward) and matmul backward + GELU
+# backward + the fc bias gradient (backward): Program(fused=...) names the ones to use.
+FUSED_GELU = ("matmul_forward_gelu", "matmul_backward_dgelu")
+
+
+class ProgramMLP:
+    """The MLP's fc layer and GELU (Program below): as separate calls, or, for the families named
+    in `fused`, one call whose GEMM does the GELU (and its backward) in its epilogue. Either way
+    fch holds the GELU's input, fch_gelu its output, dfch the gradient at fch."""
+
+    def _fc_forward(self, l: int) -> list[Call]:
+        C, at, param = self.config.channels, self.at, self.param
+        if "matmul_forward_gelu" in self.fused:
+            return [Call("matmul_forward_gelu", {**self._bt, "C": C, "OC": 4 * C},
+                         {"out": at("fch_gelu", l), "pre": at("fch", l), "inp": at("ln2", l),
+                          "weight": param("fcw", l), "bias": param("fcb", l)}, self._tf32, f"layer {l} fc+gelu")]
+        return [self._mm(at("fch", l), at("ln2", l), param("fcw", l), param("fcb", l), C, 4 * C, f"layer {l} fc"),
+                Call("gelu_forward", {**self._bt, "C": 4 * C}, {"out": at("fch_gelu", l), "inp": at("fch", l)},
+                     label=f"layer {l} gelu")]
+
+    def _mlp_backward(self, l: int) -> list[Call]:
+        """From d(residual3[l]) in dresidual to dln: fcproj's gradients, the GELU's, fc's."""
+        C, at, param, grad, mm_back = self.config.channels, self.at, self.param, self.grad, self._mm_back
+        fc_back = mm_back(at("dln"), grad("fcw", l), grad("fcb", l), at("dfch"), at("ln2", l), param("fcw", l), C,
+                          4 * C, f"layer {l} fc")
+        if "matmul_backward_dgelu" in self.fused:  # fc's bias gradient comes out of the fused call
+            fcproj = Call("matmul_backward_dgelu", {**self._bt, "C": 4 * C, "OC": C},
+                         {"dpre": at("dfch"), "dpre_bias": grad("fcb", l), "dweight": grad("fcprojw", l),
+                          "dout": at("dresidual"), "inp": at("fch_gelu", l), "pre": at("fch", l),
+                          "weight": param("fcprojw", l)}, self._tf32, f"layer {l} fcproj+gelu")
+            fcproj_bias = Call("matmul_backward_bias", {**self._bt, "OC": C},
+                               {"dbias": grad("fcprojb", l), "dout": at("dresidual")}, label=f"layer {l} fcproj bias")
+            return [fcproj, fcproj_bias, fc_back[0]]  # fc_back[1], fc's bias gradient, is done
+        b = mm_back(at("dfch_gelu"), grad("fcprojw", l), grad("fcprojb", l), at("dresidual"), at("fch_gelu", l),
+                    param("fcprojw", l), 4 * C, C, f"layer {l} fcproj")
+        b.append(Call("gelu_backward", {**self._bt, "C": 4 * C},
+                      {"dinp": at("dfch"), "inp": at("fch", l), "dout": at("dfch_gelu")}, label=f"layer {l} gelu"))
+        return b + fc_back
 
 
 class ProgramUpdate:
@@ -444,7 +477,7 @@ class ProgramUpdate:
         return out
 
 
-class Program(ProgramBuffers, ProgramPasses, ProgramUpdate):
+class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
     """The calls of one training step of GPT-2 at (B, T): `zero_grads`, then per micro-step
     `forward`, `loss`, `backward` (`reduced_backward` on the last micro-step of a run on many
     GPUs), then `update`.
@@ -452,16 +485,21 @@ class Program(ProgramBuffers, ProgramPasses, ProgramUpdate):
     micro_steps and world fold the mean over the optimizer step into the classifier's dloss;
     rank and zero place this rank's optimizer shard; weight_decay (a bool: the rate itself is a
     device scalar) splits the update so only the 2-D weights decay; grad_clip is AdamW's max_norm
-    (0: no clipping, and no norm computed)."""
+    (0: no clipping, and no norm computed); fused names the families of FUSED_GELU the MLP uses
+    (ProgramMLP)."""
 
     def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
                  micro_steps: int = 1, world: int = 1, rank: int = 0, zero: int = 0, weight_decay: bool = False,
-                 grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS, precision: str = "fp32"):
+                 grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS, precision: str = "fp32",
+                 fused: tuple[str, ...] = ()):
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
-        self.precision = precision
+        unknown = sorted(set(fused) - set(FUSED_GELU))
+        if unknown:
+            raise ValueError(f"fused may name {', '.join(FUSED_GELU)}, not {', '.join(unknown)}")
+        self.precision, self.fused = precision, tuple(fused)
         self.attention_variant = attention_variant(attention, precision)
         if self.attention_variant == "tf32" and not tf32:
             from .errors import TrainError
@@ -529,7 +567,8 @@ def promotion_sizes(family_name: str, family_sizes: tuple[str, ...]) -> list[dic
     from .config import preset
     out: list[dict[str, int]] = []
     for kind in ("softmax", "relu"):  # the two sets of attention families (flash and cudnn: softmax's)
-        program = Program(preset(PROMOTION_SHAPES["config"]), PROMOTION_SHAPES["B"], PROMOTION_SHAPES["T"], kind)
+        program = Program(preset(PROMOTION_SHAPES["config"]), PROMOTION_SHAPES["B"], PROMOTION_SHAPES["T"], kind,
+                          fused=FUSED_GELU if family_name in FUSED_GELU else ())
         for sizes in program.family_sizes().get(family_name, []):
             own = {k: v for k, v in sizes.items() if k in family_sizes}
             if own not in out:

@@ -141,6 +141,10 @@ class TrainOptions:
     deterministic: bool = opt(False, "--deterministic", is_flag=True,
                               help="Bit-identical runs: families promoted with float atomics run their promoted "
                                    "deterministic stand-in.")
+    fuse_gelu: bool = opt(True, "--fuse-gelu/--no-fuse-gelu",
+                          help="The MLP's fc layer and GELU as one GEMM with the GELU in its epilogue, and their "
+                               "backward likewise (matmul_forward_gelu, matmul_backward_dgelu), where a version of "
+                               "them is promoted at the precision.")
     zero: int = opt(0, "--zero", type=click.IntRange(0, 1), resume=CARRIED_,
                     help="1: ZeRO-1, each GPU keeps and updates only its shard of the optimizer state.")
     json: str | None = opt(None, "--json", type=click.Path(dir_okay=False),

@@ -39,7 +39,7 @@ from .data import TrainData, ValData, window
 from .distributed import drain_output
 from .config import EOT, GPT2Config, PRESETS, preset
 from .errors import TrainError
-from .model import Program, flops_per_token
+from .model import FUSED_GELU, Program, flops_per_token
 from .options import Run, TrainOptions  # noqa: F401  (TrainOptions: the trainer's options, re-exported)
 from .params import fresh_init
 
@@ -91,10 +91,12 @@ class Trainer:
         o, d = self.run.opts, self.dist
         self.drv = drv
         self.M = self.run.micro_steps
+        self.promoted = PromotedSet(deterministic=o.deterministic)
+        # The fused fc + GELU families run where a version of them is promoted at the precision.
+        fused = tuple(f for f in FUSED_GELU if o.fuse_gelu and self.promoted.serves(f, o.precision))
         self.program = Program(self.config, o.batch, o.seq, o.attention, o.tf32, micro_steps=self.M, world=d.world,
                                rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
-                               precision=o.precision)
-        self.promoted = PromotedSet(deterministic=o.deterministic)
+                               precision=o.precision, fused=fused)
         self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm())
         padded = np.zeros(self.program.padded_params, dtype=np.float32)
         padded[:self.params.size] = self.params
@@ -354,6 +356,9 @@ def _notes(trainer: Trainer, run: Run, ui) -> None:
     for family, e in trainer.promoted.stand_ins({c.family for c in p.calls}).items():
         ui.note(f"--deterministic: {family} runs version {e['version']} ({e['title']}) in place of the promoted "
                 f"version {trainer.promoted.manifest[family]['version']}")
+    for family in p.fused:
+        e = trainer.promoted.entry(family, p.precision)
+        ui.note(f"--fuse-gelu: {family} version {e['version']} ({e['title']})")
     if run.resume:
         ui.note(f"resuming {run.resume.model} at step {run.resume.step}")
     grace = os.environ.get("OMPI_MCA_odls_base_sigkill_timeout")

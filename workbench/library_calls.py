@@ -112,14 +112,42 @@ def _set(setter, obj, attr, dtype_fn, value):
     setter(obj, attr, arr.ctypes.data, arr.itemsize)
 
 
+def _epilogue(bias, gelu, aux, dgelu, bias_grad) -> tuple[str, list[tuple[str, int]]]:
+    """cuBLASLt's epilogue for a gemm_lt call's options, and the pointers it takes (by attribute).
+
+    Forward: BIAS adds the bias; GELU(_BIAS) applies GPT-2's tanh-approximation GELU (cuBLAS's
+    documented one) after it; with `aux`, GELU_AUX(_BIAS) also writes the GELU's input there.
+    Backward: DGELU multiplies the product by gelu'(aux) element by element; with `bias_grad`,
+    DGELU_BGRAD also writes the column sums of that result (over D's rows, as D is row-major here)
+    to bias_grad, overwriting it."""
+    from .errors import ContractError
+    if dgelu:
+        if not aux or bias or gelu:
+            raise ContractError("gemm_lt: dgelu needs aux (the GELU's input) and takes no bias or gelu")
+        return ("DGELU_BGRAD" if bias_grad else "DGELU"), [("EPILOGUE_AUX_POINTER", aux)] + \
+            ([("BIAS_POINTER", bias_grad)] if bias_grad else [])
+    if bias_grad:
+        raise ContractError("gemm_lt: bias_grad is the bias gradient of the dgelu epilogue: it needs dgelu = true")
+    if aux and not gelu:
+        raise ContractError("gemm_lt: aux holds the GELU's input: it needs gelu = true or dgelu = true")
+    name = ("GELU_AUX" if aux else "GELU") if gelu else ""
+    name = f"{name}_BIAS" if (name and bias) else (name or ("BIAS" if bias else "DEFAULT"))
+    return name, ([("BIAS_POINTER", bias)] if bias else []) + ([("EPILOGUE_AUX_POINTER", aux)] if aux else [])
+
+
 @library
 def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
             batch=1, stride_a=0, stride_b=0, stride_d=0, lda=0, ldb=0, ldd=0, tf32=False, gelu=False,
-            dtype="f32"):
-    """cuBLASLt GEMM with the bias (and optionally GELU) fused as an epilogue:
-    D = act(alpha op(A) op(B) + beta C + bias), bias broadcast along D's rows (length n).
-    dtype "bf16": A, B, C, D and the bias in bf16, accumulated in fp32."""
+            aux=0, aux_ld=0, dgelu=False, bias_grad=0, dtype="f32"):
+    """cuBLASLt GEMM with an epilogue fused (see _epilogue):
+    D = act(alpha op(A) op(B) + beta C + bias), bias broadcast along D's rows (length n);
+    gelu with aux: aux = the GELU's input, D = its GELU; dgelu: D = gelu'(aux) * (alpha op(A) op(B)),
+    and with bias_grad: bias_grad[j] = sum over D's m rows of D[i, j] (written, not accumulated).
+    aux is an m x n row-major matrix like D with rows aux_ld apart (default n; cuBLASLt wants a
+    multiple of 8), in D's element type. dtype "bf16": A, B, C, D, aux, the bias and its gradient
+    in bf16, accumulated in fp32."""
     from nvmath.bindings import cublasLt
+    from .errors import ContractError
     handle = cublaslt_handle()
     elem = DATA_TYPES[dtype]
     lda, ldb, ldd = _col_major(m, n, k, trans_a, trans_b, lda, ldb, ldd)
@@ -129,12 +157,18 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     # Column-major view: D^T (n x m) = op(B)^T (n x k) @ op(A)^T (k x m)
     _set(cublasLt.matmul_desc_set_attribute, desc, Attr.TRANSA, dt, 1 if trans_b else 0)
     _set(cublasLt.matmul_desc_set_attribute, desc, Attr.TRANSB, dt, 1 if trans_a else 0)
-    if bias:
-        epi = cublasLt.Epilogue.GELU_BIAS if gelu else cublasLt.Epilogue.BIAS
-        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.EPILOGUE, dt, int(epi))
-        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.BIAS_POINTER, dt, int(bias))
-    elif gelu:
-        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.EPILOGUE, dt, int(cublasLt.Epilogue.GELU))
+    epilogue, pointers = _epilogue(bias, gelu, aux, dgelu, bias_grad)
+    if epilogue != "DEFAULT":
+        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.EPILOGUE, dt, int(getattr(cublasLt.Epilogue, epilogue)))
+    for attr, ptr in pointers:
+        _set(cublasLt.matmul_desc_set_attribute, desc, getattr(Attr, attr), dt, int(ptr))
+    if aux:
+        # In cuBLAS's column-major view aux is n x m like D^T: its leading dimension is our row stride.
+        aux_ld = int(aux_ld or n)
+        if aux_ld % 8 or aux_ld < n:
+            raise ContractError(f"gemm_lt: the GELU aux matrix needs rows a multiple of 8 elements apart and at "
+                                f"least n = {n}; got {aux_ld}")
+        _set(cublasLt.matmul_desc_set_attribute, desc, Attr.EPILOGUE_AUX_LD, dt, aux_ld)
 
     def layout(rows, cols, ld, stride):
         lay = cublasLt.matrix_layout_create(elem, int(rows), int(cols), int(ld))
@@ -155,8 +189,7 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     cublasLt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, 1,
                                  results.ptr, count.ctypes.data)
     if count[0] == 0:
-        from .errors import ContractError
-        raise ContractError(f"cuBLASLt found no algorithm for m={m} n={n} k={k}")
+        raise ContractError(f"cuBLASLt found no algorithm for m={m} n={n} k={k} ({dtype}, epilogue {epilogue})")
     algo = np.array(results[0]["algo"])
     scalars = np.array([alpha, beta], dtype=np.float32)
     ws = _workspace()

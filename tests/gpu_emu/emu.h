@@ -51,6 +51,7 @@ inline int __float_as_int(float f) { int u; std::memcpy(&u, &f, 4); return u; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // CUDA's reciprocal square root
+inline float __expf(float x) { return std::exp(x); }  // CUDA's fast exponential (exact here)
 template <class T> inline T __ldcs(const T* p) { return *p; }
 template <class T> inline T __ldg(const T* p) { return *p; }
 template <class T> inline T __ldcg(const T* p) { return *p; }

@@ -1,0 +1,145 @@
+"""The fc layer's GELU fused into its GEMMs (matmul_forward_gelu, matmul_backward_dgelu): the
+references against PyTorch's autograd in float64, the contracts (test sizes, PyTorch expressions,
+which versions take which sizes), the naive versions on the CPU emulator, and gemm_lt's choice of
+cuBLASLt epilogue. The library versions themselves need the GPU (`workbench run`)."""
+
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from references.gelu_forward import gelu_forward
+from references.matmul_backward_dgelu import matmul_backward_dgelu
+from references.matmul_forward_gelu import matmul_forward_gelu
+from workbench.check import make_case
+from workbench.errors import ContractError
+from workbench.family import Project
+from workbench.library_calls import _epilogue
+
+from conftest import ROOT
+
+FAMILIES = ["matmul_forward_gelu", "matmul_backward_dgelu"]
+SHAPES = [(1, 1, 1, 1), (2, 3, 37, 5), (1, 7, 33, 16)]  # (B, T, C, OC)
+
+
+def draw(shape, seed):
+    rng = np.random.default_rng(seed)
+    b, t, c, oc = shape
+    return rng.normal(0, 1.5, (b, t, c)), rng.normal(0, 0.5, (oc, c)), rng.normal(0, 0.5, oc), rng.normal(size=(b, t, oc))
+
+
+def test_the_forward_is_linear_then_tanh_gelu():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    for shape in SHAPES:
+        inp, weight, bias, _ = draw(shape, 0)
+        got = matmul_forward_gelu(inp, weight, bias)
+        pre = F.linear(*(torch.from_numpy(a) for a in (inp, weight, bias)))
+        np.testing.assert_allclose(got["pre"], pre.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got["out"], F.gelu(pre, approximate="tanh").numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_backward_is_autograd_through_gelu_then_linear_and_accumulates(shape):
+    """For out = gelu(pre) @ weight^T + bias: dpre and the bias gradient of the layer that made
+    pre (the column sums of dpre) against autograd; dweight and dpre_bias add to what they held."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    pre, _, _, _ = draw(shape, 1)
+    b, t, c, oc = shape
+    rng = np.random.default_rng(2)
+    weight, bias, dout = rng.normal(0, 0.5, (oc, c)), rng.normal(0, 0.5, oc), rng.normal(size=(b, t, oc))
+    upstream_bias = rng.normal(size=c)  # a bias added before the GELU: its gradient is dpre's column sums
+    p, ub, w = (torch.from_numpy(a).requires_grad_() for a in (pre, upstream_bias, weight))
+    inp = F.gelu(p + ub, approximate="tanh")
+    F.linear(inp, w, torch.from_numpy(bias)).backward(torch.from_numpy(dout))
+    dpre_bias0, dweight0 = rng.normal(size=c), rng.normal(size=(oc, c))
+    got = matmul_backward_dgelu(dpre_bias0.copy(), dweight0.copy(), dout, inp.detach().numpy(), pre + upstream_bias,
+                                weight)
+    np.testing.assert_allclose(got["dpre"], p.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["dpre_bias"], dpre_bias0 + ub.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["dweight"], dweight0 + w.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_test_size_runs_and_the_torch_expression_agrees(family):
+    torch = pytest.importorskip("torch")
+    fam = Project(ROOT).family(family)
+    for sizes in fam.test_sizes:
+        case = make_case(fam, sizes, seed=0)
+        for arg in fam.args:
+            if arg.is_output:
+                assert case.expected[arg.name].shape == fam.shape(arg, sizes)
+                assert np.isfinite(case.expected[arg.name]).all()
+    case = make_case(fam, fam.test_sizes[2], seed=0)
+    env = {**fam.env(fam.test_sizes[2]), **{k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in case.inputs.items()},
+           "torch": torch, "F": torch.nn.functional, "ref": fam.reference_module}
+    got = eval(compile(fam.torch, family, "eval"), {"__builtins__": {}}, env)
+    for name, value in zip(fam.torch_outputs, got, strict=True):
+        want = case.expected[name]
+        np.testing.assert_allclose(value.numpy().reshape(want.shape), want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("family, dim", [("matmul_forward_gelu", "OC"), ("matmul_backward_dgelu", "C")])
+def test_the_library_versions_need_aux_rows_a_multiple_of_8_and_the_naive_one_takes_any_size(family, dim):
+    """cuBLASLt's GELU aux matrix (pre) has rows a multiple of 8 elements apart: the library
+    versions say so and are checked at the odd test sizes that keep it; version 1 takes them all."""
+    fam = Project(ROOT).family(family)
+    assert any(s == {k: 1 for k in fam.sizes} for s in fam.test_sizes)
+    naive = fam.version(1)
+    assert not any(naive.unmet(s) for s in fam.test_sizes)
+    library = [v for v in fam.versions if v.number > 1]
+    assert {v.precision for v in library} == {"fp32", "bf16"}
+    for v in library:
+        assert list(v.preconditions) == [f"{dim} % 8 == 0"]
+        accepted = [s for s in fam.test_sizes if not v.unmet(s)]
+        assert len(accepted) >= 4 and not v.unmet(fam.default_sizes)
+        assert any(s["B"] * s["T"] % 2 and s[{"C": "OC", "OC": "C"}[dim]] % 4 for s in accepted), "odd N and other dim"
+
+
+# -- gemm_lt's epilogue for its options --------------------------------------------------------------
+NONE = dict(bias=0, gelu=False, aux=0, dgelu=False, bias_grad=0)
+
+
+@pytest.mark.parametrize("options, want", [
+    (dict(), ("DEFAULT", [])),
+    (dict(bias=8), ("BIAS", [("BIAS_POINTER", 8)])),
+    (dict(gelu=True), ("GELU", [])),
+    (dict(bias=8, gelu=True), ("GELU_BIAS", [("BIAS_POINTER", 8)])),
+    (dict(gelu=True, aux=16), ("GELU_AUX", [("EPILOGUE_AUX_POINTER", 16)])),
+    (dict(bias=8, gelu=True, aux=16), ("GELU_AUX_BIAS", [("BIAS_POINTER", 8), ("EPILOGUE_AUX_POINTER", 16)])),
+    (dict(dgelu=True, aux=16), ("DGELU", [("EPILOGUE_AUX_POINTER", 16)])),
+    (dict(dgelu=True, aux=16, bias_grad=24), ("DGELU_BGRAD", [("EPILOGUE_AUX_POINTER", 16), ("BIAS_POINTER", 24)])),
+])
+def test_gemm_lt_picks_the_epilogue_and_its_pointers(options, want):
+    assert _epilogue(**{**NONE, **options}) == want
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(dgelu=True), "dgelu needs aux"),
+    (dict(dgelu=True, aux=16, bias=8), "takes no bias"),
+    (dict(bias_grad=24), "needs dgelu"),
+    (dict(aux=16), "needs gelu"),
+])
+def test_gemm_lt_refuses_epilogue_options_that_do_not_go_together(options, message):
+    with pytest.raises(ContractError, match=message):
+        _epilogue(**{**NONE, **options})
+
+
+# -- the naive versions on the emulator -------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_naive_versions_on_the_emulator(family):
+    sys.path.insert(0, str(ROOT / "tests" / "gpu_emu"))
+    import runner
+    fam = Project(ROOT).family(family)
+    for sizes, seed in ((fam.test_sizes[0], 0), (fam.test_sizes[1], 1), (fam.test_sizes[4], 2)):
+        for r in runner.emulate(fam.version(1), sizes, seed=seed, block_size=64):
+            assert r.ok, f"{fam.format_sizes(sizes)} {r.name}: {r.bad} of {r.total} wrong"
+
+
+def test_gelu_of_the_reference_is_gelu_forwards():
+    x = np.linspace(-6, 6, 101)
+    got = matmul_forward_gelu(x.reshape(1, -1, 1), np.ones((1, 1)), np.zeros(1))
+    np.testing.assert_allclose(got["out"].ravel(), gelu_forward(x)["out"], rtol=0, atol=0)
