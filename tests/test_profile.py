@@ -110,13 +110,13 @@ def test_a_page_without_kernels_reads_as_none():
 # -- the table and the JSON --------------------------------------------------------------------------
 def test_the_table_shows_versions_side_by_side_with_their_rules():
     ks = profile.kernels_from(RAW, DETAILS)
-    ok = profile.VersionProfile("layernorm_forward", 4, "One pass", 256, kernels=ks)
+    ok = profile.VersionProfile("layernorm_forward", 4, "One pass", 256, kernels=ks, device={"name": "NVIDIA H100 80GB HBM3"})
     broke = profile.VersionProfile("layernorm_forward", 6, "vec4", 128, status="crashed", reason="an illegal memory access")
     text = rendered(report.profile_report([ok, broke], "2025.3.1.0", {"B": 8, "T": 1024, "C": 768}))
     for cell in ("layernorm_forward 4", "layernorm_forward 6", "block 256", "block 128", "20.9 µs", "40.9%", "25.0%",
                  "96.2%", "52.7%", "long_scoreboard 44.4 (76%)", "lg_throttle 4.3 (7%)", "crashed: an illegal memory access"):
         assert cell in text, cell
-    assert "locked to base (1.58 GHz)" in text and "ncu 2025.3.1.0 at B=8,T=1024,C=768" in text
+    assert "locked to base (1.58 GHz)" in text and "ncu 2025.3.1.0 on NVIDIA H100 80GB HBM3 at B=8,T=1024,C=768" in text
     rules = report.profile_rules([ok])
     assert len(rules) == 7  # the OPT rules; INF notes stay in the JSON
     assert rules[0].startswith("layernorm_forward 4: OPT HighPipeUtilization (est. 85.6% local)")  # largest gain first
@@ -133,9 +133,10 @@ def test_a_library_kernel_name_is_shortened_in_the_table():
 def test_the_json_holds_every_metric_stall_and_rule():
     ks = profile.kernels_from(RAW, DETAILS)
     p = profile.VersionProfile("layernorm_forward", 4, "One pass", 256, kernels=ks, launches=["layernorm_forward4<<<...>>>"],
-                               resources={"layernorm_forward4": {"registers": 32}})
+                               resources={"layernorm_forward4": {"registers": 32}}, device={"name": "NVIDIA H100 80GB HBM3"})
     data = json.loads(json.dumps(profile.to_json([p], {"B": 8, "T": 1024, "C": 768}, "2025.3.1.0")))
     assert data["workbench_profile"] == 1 and data["ncu"] == "2025.3.1.0" and data["sm_clock_ghz"] == [1.58]
+    assert data["device"]["name"] == "NVIDIA H100 80GB HBM3" and data["clock_control"] == "base"
     [v] = data["versions"]
     assert v["version"] == 4 and v["block_size"] == 256 and v["duration_us"] == pytest.approx(20.896)
     [k] = v["kernels"]

@@ -149,6 +149,7 @@ class VersionProfile:
     kernels: list[KernelProfile] = field(default_factory=list)
     launches: list[str] = field(default_factory=list)
     resources: dict = field(default_factory=dict)   # ptxas's report per kernel (compile.Resources)
+    device: dict = field(default_factory=dict)      # the GPU, as the child found it
 
     @property
     def label(self) -> str:
@@ -265,7 +266,8 @@ def profile_version(root: Path, version: Version, sizes: dict[str, int], block_s
         job = {"job": "profile", "root": str(root), "family": version.family.name, "version": version.number,
                "sizes": dict(sizes), "block_size": bs, "seed": seed}
         res = run_job(job, timeout, prefix=ncu_command(ncu, report, log))
-        said = log.read_text(errors="replace") if log.exists() else ""
+        said = (log.read_text(errors="replace") if log.exists() else "") + (res.get("stderr") or "") + \
+            (res.get("_stdout") or "")
         if NO_PERMISSION in said:
             raise CountersNotPermitted(
                 "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or let "
@@ -273,7 +275,7 @@ def profile_version(root: Path, version: Version, sizes: dict[str, int], block_s
                 "https://developer.nvidia.com/ERR_NVGPUCTRPERM")
         if res.get("status") == "no_gpu":
             raise NoGPU(f"{res['reason']}. The workbench needs an NVIDIA GPU with a working driver")
-        out.launches, out.resources = res.get("launches", []), res.get("resources", {})
+        out.launches, out.resources, out.device = res.get("launches", []), res.get("resources", {}), res.get("device", {})
         if res.get("status") != "passed":
             errors = [ln.strip() for ln in said.splitlines() if ln.startswith("==ERROR==")]
             out.status, out.reason = res.get("status", "failed"), "; ".join([res.get("reason", ""), *errors[:2]]).strip("; ")
@@ -313,5 +315,6 @@ def profile_versions(root: Path, versions: list[Version], sizes: dict[str, int],
 
 def to_json(profiles: list[VersionProfile], sizes: dict, ncu: str | None = None) -> dict:
     clocks = sorted({round(k.sm_clock_ghz, 2) for p in profiles for k in p.kernels if k.sm_clock_ghz})
-    return {"workbench_profile": 1, "ncu": ncu, "sizes": dict(sizes), "clock_control": "base",
+    device = next((p.device for p in profiles if p.device), {})
+    return {"workbench_profile": 1, "ncu": ncu, "device": device, "sizes": dict(sizes), "clock_control": "base",
             "sm_clock_ghz": clocks, "sections": list(SECTIONS), "versions": [p.to_json() for p in profiles]}

@@ -538,7 +538,9 @@ def profile_rules(profiles: list, shown=("ERR", "WRN", "OPT"), width: int = 90) 
 def profile_report(profiles: list, ncu_version: str | None, sizes: dict) -> Group:
     clocks = sorted({round(k.sm_clock_ghz, 2) for p in profiles for k in p.kernels if k.sm_clock_ghz})
     clock = f" ({', '.join(f'{c:.2f}' for c in clocks)} GHz)" if clocks else ""
-    head = Text(f"ncu {ncu_version or '(version unknown)'} at {_sizes(sizes)}: SM clock locked to base{clock} and "
+    device = next((p.device.get("name") for p in profiles if p.device.get("name")), None)
+    on = f" on {device}" if device else ""
+    head = Text(f"ncu {ncu_version or '(version unknown)'}{on} at {_sizes(sizes)}: SM clock locked to base{clock} and "
                 "caches flushed before each kernel, so durations are longer than `workbench run`'s; compare "
                 "the versions here with each other.", style="dim")
     parts: list[Any] = [head, profile_table(profiles)]
