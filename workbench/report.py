@@ -504,3 +504,86 @@ def change_line(prev: Row | None, row: Row, changed: list[str] = (), seconds: fl
     if per:
         text.append("  (by block size " + ", ".join(per) + ")", style="dim")
     return text
+
+
+# -- profile (ncu) --------------------------------------------------------------------------------
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}%"
+
+
+def _per_kernel(kernels: list, show) -> str:
+    """One line per kernel (numbered when there are several)."""
+    if len(kernels) == 1:
+        return show(kernels[0])
+    return "\n".join(f"{i}: {show(k)}" for i, k in enumerate(kernels, 1))
+
+
+def _stall(k, i: int) -> str:
+    if i >= len(k.stalls):
+        return "-"
+    s = k.stalls[i]
+    return f"{s.reason} {s.cycles:.1f} ({s.share:.0f}%)"
+
+
+PROFILE_ROWS = (
+    ("duration", lambda k: fmt_us(k.duration_us)),
+    ("DRAM throughput", lambda k: _pct(k.dram_pct)),
+    ("SM throughput", lambda k: _pct(k.sm_pct)),
+    ("achieved occupancy", lambda k: _pct(k.occupancy_pct)),
+    ("registers / thread", lambda k: "-" if k.registers is None else str(k.registers)),
+    ("L2 hit rate", lambda k: _pct(k.l2_hit_pct)),
+    ("stall 1", lambda k: _stall(k, 0)),
+    ("stall 2", lambda k: _stall(k, 1)),
+    ("stall 3", lambda k: _stall(k, 2)),
+)
+
+
+def profile_table(profiles: list) -> Table:
+    """`workbench profile`: one column per version, a row per metric, a line per kernel."""
+    table = Table(title="Nsight Compute, one launch of each version", title_justify="left")
+    table.add_column("", style="bold", no_wrap=True)
+    for p in profiles:
+        _column(table, f"{p.label}\nblock {fmt_block(p.block_size)}", justify="right")
+    table.add_row("kernels", *[_per_kernel(p.kernels, lambda k: kernel_name(k.name)) if p.kernels
+                               else Text(f"{p.status}: {p.reason}", style="bold red") for p in profiles])
+    if any(len(p.kernels) > 1 for p in profiles):
+        table.add_row("duration, all kernels", *[fmt_us(p.duration_us) for p in profiles])
+    for name, show in PROFILE_ROWS:
+        table.add_row(name, *[_per_kernel(p.kernels, show) if p.kernels else "" for p in profiles])
+    return table
+
+
+def kernel_name(name: str, width: int = 40) -> str:
+    """A kernel's name without its parameter list, cut to `width` (cuBLAS's run long)."""
+    name = name.split("(", 1)[0].strip() or name
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def profile_rules(profiles: list, shown=("ERR", "WRN", "OPT"), width: int = 90) -> list[str]:
+    """What ncu's rules flag, a line each, the largest estimated gain first within a version:
+    version (and kernel number), type, rule, estimated speedup, the rule's first sentence."""
+    lines = []
+    for p in profiles:
+        found = [(i, r) for i, k in enumerate(p.kernels, 1) for r in k.rules if r.type in shown]
+        found.sort(key=lambda f: -(f[1].speedup if f[1].speedup is not None else -1))
+        for i, r in found:
+            gain = f" (est. {r.speedup:.1f}% {r.speedup_type})".replace(" )", ")") if r.speedup is not None else ""
+            who = p.label + (f" #{i}" if len(p.kernels) > 1 else "")
+            lines.append(f"{who}: {r.type} {r.name}{gain}: {r.short(width)}")
+    return lines
+
+
+def profile_report(profiles: list, ncu_version: str | None, sizes: dict) -> Group:
+    clocks = sorted({round(k.sm_clock_ghz, 2) for p in profiles for k in p.kernels if k.sm_clock_ghz})
+    clock = f" ({', '.join(f'{c:.2f}' for c in clocks)} GHz)" if clocks else ""
+    device = next((p.device.get("name") for p in profiles if p.device.get("name")), None)
+    on = f" on {device}" if device else ""
+    head = Text(f"ncu {ncu_version or '(version unknown)'}{on} at {_sizes(sizes)}: SM clock locked to base{clock} and "
+                "caches flushed before each kernel, so durations are longer than `workbench run`'s; compare "
+                "the versions here with each other.", style="dim")
+    parts: list[Any] = [head, profile_table(profiles)]
+    rules = profile_rules(profiles)
+    if rules:
+        parts.append(Text("ncu's rules (est. = its estimate of the time to gain):", style="bold"))
+        parts += [Text(f"  {line}") for line in rules]
+    return Group(*parts)

@@ -10,7 +10,8 @@ one long-lived child (`--serve`), so torch is imported once per bench, not once 
 
 A job writes its result (and, as it goes, its progress) to the path named in the request.
 Jobs: "rows" (check and time providers of one family: providers.py), "probe" (the device and its
-copy ceiling), "peaks" (matmul ceilings).
+copy ceiling), "peaks" (matmul ceilings), "stage" (the case owner's), "profile" (one launch of a
+version for ncu: profile.py).
 """
 
 from __future__ import annotations
@@ -210,6 +211,51 @@ def run_peaks(req: dict, rep: Reporter) -> None:
     rep.result["status"] = "passed"
 
 
+def run_profile(req: dict, rep: Reporter) -> None:
+    """One version at one size set and block size, launched once as a warm-up, then once between
+    cuProfilerStart and cuProfilerStop: what `ncu --profile-from-start off` (profile.py, wrapping
+    this child) profiles is exactly the version's kernels and library calls. Its inputs are the
+    check's (same seed), its outputs poisoned; nothing is compared (`run` checks)."""
+    import ctypes
+
+    import pycuda.driver as drv
+
+    from .check import Case, make_inputs
+    from .family import Project
+    from .providers import CaseBuffers, VersionProvider, shapes_for
+    version = Project(req["root"]).family(req["family"]).version(req["version"])
+    sizes, block = dict(req["sizes"]), req.get("block_size")
+    rep.phase("compile")
+    provider = VersionProvider(version, [block])
+    rep.result["resources"] = {k: r.__dict__ for k, r in provider.resources.items()}
+    rep.phase("inputs")
+    inputs = make_inputs(version.family, sizes, int(req.get("seed", 0)), version.precision)
+    case = Case(sizes, int(req.get("seed", 0)), inputs, {}, version.precision)
+    bufs = CaseBuffers(provider.args(), shapes_for(provider.args(), version.family.env)(case), case)
+    try:
+        bufs.with_scratch(provider.scratch(sizes, block))
+        plan, _ = provider.prepare(bufs, block)
+        rep.result["launches"] = provider.described()
+        stream = drv.Stream()
+        rep.phase("warm-up launch")
+        bufs.reset()
+        plan(stream)
+        stream.synchronize()
+        bufs.reset()  # the profiled launch starts from the state the warm-up did
+        drv.Context.synchronize()
+        rep.phase("profiled launch")
+        cuda = ctypes.CDLL("libcuda.so.1")  # the driver PyCUDA uses: its current context
+        if cuda.cuProfilerStart() != 0:
+            raise RuntimeError("cuProfilerStart failed")
+        plan(stream)
+        stream.synchronize()
+        cuda.cuProfilerStop()
+    finally:
+        bufs.free()
+        provider.close()
+    rep.result["status"] = "passed"
+
+
 # The case owner's staged cases (staging.py): a long-lived child of its own.
 _STAGE = None
 
@@ -233,7 +279,7 @@ def run_stage(req: dict, rep: Reporter) -> None:
     rep.result["status"] = "passed"
 
 
-JOBS = {"rows": run_rows, "probe": run_probe, "peaks": run_peaks, "stage": run_stage}
+JOBS = {"rows": run_rows, "probe": run_probe, "peaks": run_peaks, "stage": run_stage, "profile": run_profile}
 
 
 def run_request(path: str) -> None:
