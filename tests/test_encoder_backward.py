@@ -75,6 +75,8 @@ def with_capacity(tmp_path, number, cap, G=None):
     shutil.copy(FAMILY.path / "family.toml", fam_dir)
     shutil.copytree(ROOT / "references", tmp_path / "references")
     shutil.copytree(ROOT / "kernels" / "common", tmp_path / "kernels" / "common")
+    for header in FAMILY.path.glob("*.cuh"):  # the family's own helpers
+        shutil.copy(header, fam_dir)
     text = src.read_text()
     text, n = re.subn(r"constexpr int CAP = \d+;", f"constexpr int CAP = {cap};", text)
     assert n == 1

@@ -1,5 +1,5 @@
 """encoder_backward's one-pass versions (7: fp32, vector atomics into dwte; 10: the same with the
-dwte chunks prefetched to L2; 8: bf16, no atomics, kernels/common/encoder_backward_fast.cuh;
+dwte chunks prefetched to L2; 8: bf16, no atomics, kernels/encoder_backward/encoder_backward_fast.cuh;
 9: version 8 with its first dout rows bulk-copied into shared memory, the header's DOUT path;
 11: version 8 with the dwte and dwpe chunks it updates bulk-copied into shared memory, ROWS),
 without a GPU.
@@ -360,6 +360,8 @@ def fp32_twin(tmp_path):
     shutil.copy(FAMILY.path / "family.toml", fam_dir)
     shutil.copytree(ROOT / "references", tmp_path / "references")
     shutil.copytree(ROOT / "kernels" / "common", tmp_path / "kernels" / "common")
+    for header in FAMILY.path.glob("*.cuh"):  # the family's own helpers
+        shutil.copy(header, fam_dir)
     (fam_dir / "9_fp32_one_pass.cu").write_text(header + "*/" + FP32_CODE)
     version = Project(tmp_path).family("encoder_backward").version(9)
     assert version.precision == "fp32" and version.deterministic

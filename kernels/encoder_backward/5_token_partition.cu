@@ -45,7 +45,7 @@ dwpe blocks come last in the grid: equal, small pieces of work, they fill the SM
 unequal token blocks finish. Registers are capped at 64 (launch bounds), so that at least 1024
 threads an SM stay resident to keep loads in flight.
 
-The code of all this is kernels/common/token_partition.cuh, shared with version 6 (bf16): this
+The code of all this is kernels/encoder_backward/token_partition.cuh, shared with version 6 (bf16): this
 file keeps only what is fp32, how a row's float4 (or float) is loaded, added and stored.
 
 Measured on the H100 (bench --all, B=8 T=1024 C=768 V=50257, uniform random tokens, best

@@ -26,7 +26,7 @@ launches).
 Half the bytes of version 5 for dout and the rows it updates, the same number of accesses per
 byte: a warp's Pack8 load moves 512 bytes. Widths that are not a multiple of 8 take the same
 kernel with one channel per thread (2-byte accesses: correct, for the odd sizes). The code is
-version 5's, in kernels/common/token_partition.cuh: this file keeps only the bf16 rows (a Pack8
+version 5's, in kernels/encoder_backward/token_partition.cuh: this file keeps only the bf16 rows (a Pack8
 or one bf16 loaded and widened, and the gradient row stored with its one rounding).
 
 Measured on the H100 (bench --all, B=8 T=1024 C=768 V=50257, uniform random tokens, best

@@ -36,7 +36,7 @@ that frequent tokens, whose first positions crowd the start of every sequence, d
 the first blocks; still, all of one such token goes through one SM (or two), as in versions 5
 and 6: a token holding a large share of a batch is a tail.
 
-The order of every addition (kernels/common/encoder_backward_fast.cuh states it) is set by the
+The order of every addition (kernels/encoder_backward/encoder_backward_fast.cuh states it) is set by the
 data alone: the bits are the same at every block size and on every run.
 
 Bytes: dout read once (12.6 MB, plus the leaders' 1 MB of re-reads, mostly L2 hits), 7559

@@ -60,7 +60,7 @@ read back, ~0.65 us of an SM's 128 B/clock) and the atomics follow: 38-40 us, 1.
 copy's speed, against version 5's 51.5 us. The model was fitted on kernels that read two bytes
 for each one written; mixes of one to one run ~3 us above it (the copy itself: 42.4 us for
 39.4), so a 3:1 mix should not, but if it does, 41-42 us is still at the copy. The row code is
-shared with version 11 (bf16) in kernels/common/layernorm_backward_rows.cuh.
+shared with version 11 (bf16) in kernels/layernorm_backward/layernorm_backward_rows.cuh.
 
 Measured on the H100 (bench --all, three runs of 2026-11-24): 41.2-42.0 us against the copy's 42.1-42.8 us (1.01-1.04x); version 5 51.1-51.3 us.
 """

@@ -11,7 +11,7 @@ The bytes: 37.7 MB read (dout, inp, dinp) and 12.6 MB written (dinp). With the m
 fits on the bench file (4.5 us + reads / 3.17 TB/s + writes / 2.65 TB/s; it gives 17.2 us for
 residual_forward 4, bf16 with two reads to a write, measured 17.5 us) the rows need ~21 us.
 
-The row pass is version 10's (kernels/common/layernorm_backward_rows.cuh): a warp a row (two or
+The row pass is version 10's (kernels/layernorm_backward/layernorm_backward_rows.cuh): a warp a row (two or
 three warps for C > 768), each lane the same 24 columns of every row with their fp32 dbias and
 dweight sums in 48 registers, every 16-byte load of a row issued before any arithmetic, rounds
 of equal length over a grid of 12 warps per SM. bf16 differs in two places.

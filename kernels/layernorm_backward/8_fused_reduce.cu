@@ -49,7 +49,7 @@ order. How much of the team work really overlaps depends on how unevenly the blo
 grid is one wave of equal blocks, so they finish close together and much of the gain may be the
 shorter tail; the timings will tell. The cost: a team row per team in scratch; per block, two
 barriers, a fence and an atomic; one memset. The tickets and the in-order sums are in
-kernels/common/last_block_reduce.cuh, shared with version 9 (bf16), which differs only in how
+kernels/layernorm_backward/last_block_reduce.cuh, shared with version 9 (bf16), which differs only in how
 the final totals go into dweight and dbias.
 
 Measured on the H100 (bench --all, B=8 T=1024 C=768, best block size 256): 53.8 µs, against

@@ -19,7 +19,7 @@ them with __ldcg loads (from L2, never a stale L1 line) in block order, writes t
 takes a ticket on the global counter the same way; the last of those sums the team rows in team
 order. The other blocks just exit: no block ever waits for another, so any block order works. The
 counters are zeroed by a memset step before every launch (scratch is garbage until then). The code
-is version 8's, in kernels/common/last_block_reduce.cuh; this file passes it the bf16 last step.
+is version 8's, in kernels/layernorm_backward/last_block_reduce.cuh; this file passes it the bf16 last step.
 
 Precision and determinism, as in version 7: the sums stay fp32 all the way (partial rows, team
 rows, the final column sum), and the bf16 dweight and dbias are widened, added to in fp32 and
