@@ -1,5 +1,6 @@
 /*
 title = "Mixed precision, coalesced: four parameters a thread, each warp access whole sectors"
+builds_on = 4
 precision = "bf16"
 changed = "Version 4's arithmetic with version 3's memory layout: each thread updates 4 consecutive parameters instead of 8, so params, m and v move as one float4 each (16 bytes a lane) and the bf16 grads and params_bf16 as one 8-byte word of four bf16 each, all streaming. Each warp-wide access now covers one contiguous run of whole 32-byte sectors. The tail (N % 4) and unaligned buffers are scalar."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16 flash attention, 32 query rows a warp: each K/V fragment feeds two mma, P V a tile behind"
+builds_on = 8
 precision = "bf16"
 changed = """
 Version 8's kernel (mma.m16n8k16, ldmatrix, cp.async, P kept in registers) reorganised around the

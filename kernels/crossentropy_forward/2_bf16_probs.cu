@@ -1,5 +1,6 @@
 /*
 title = "bf16 probabilities"
+builds_on = 1
 precision = "bf16"
 changed = "The probabilities are bf16: the thread loads the two bytes of its one probability and widens them to float (exactly) before the log; targets and losses are as in version 1."
 why = """

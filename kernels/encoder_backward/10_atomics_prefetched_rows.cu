@@ -1,5 +1,6 @@
 /*
 title = "Version 7 with each dwte chunk prefetched into L2 as soon as its token is known"
+builds_on = 7
 deterministic = false  # dwte: float atomics land in any order when tokens repeat (dwpe is fixed-order)
 changed = "Version 7's one pass (a thread owns (t, four channels), walks b, sums dwpe in registers, sends dwte one float4 reduction a row), plus one instruction a row: as soon as a thread's token ids have landed, and while its dout loads are still in flight, it asks L2 to fetch the dwte chunk its reduction will update (prefetch.global.L2::evict_last). Only widths that are a multiple of 4 (version 7 keeps the scalar path)."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16, the requests in the order they are needed: the ids, then the dwte rows into shared memory during the scan, then dout"
+builds_on = 8
 precision = "bf16"
 changed = "Version 8's one pass with its requests reordered and its dwte rows brought closer. Version 8 asks for its dout chunks first, then, once its own ids are in, asks L2 for its tokens' dwte rows (bulk prefetches) and loads them after the scan: two batches of four chunks a thread, each batch also re-reading the group's first dout row, then dwpe's chunk, dependent round trips through an L2 busy with 13 MB of writes. Here the scan's ids come into shared memory first (version 9's bulk copy); once the block's own ids are in the table its threads issue one bulk copy (sm_90's TMA unit) per position of the first eight b, and per dwpe row, of the block's chunks of that row, into a tile in shared memory laid out like the block's units (row-block b, the column of the thread that owns the unit), all completing on one mbarrier; the dout chunks are loaded into registers only after the plan. A position alone with its token then adds its own dout chunk to its dwte chunk from the tile and stores: no other load. A leader of a group of k > 1 loads the group's rows as version 8 does. The sums and their order are version 8's: so are the bits."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16, the plan made once on the host: no scan, and the rows of lone positions added by reductions in L2"
+builds_on = 11
 precision = "bf16"
 changed = "Versions 8 to 11 learn inside the kernel which positions share a token: every block scans all N ids before its first dwte update, and that scan and the round trips around it set their floor (~0.87x the copy, version 11's header). Here the host sorts the batch's ids once (references/encoder_backward.py: encoder_backward_plan, vectorised NumPy, ~1-3 ms for 8K-32K ids; llm.c's trainer does the same sort on its CPU) and the kernel is given, per position, its role: alone with its token, leader of a pair (with the partner's position), leader of a segment of a larger group (with the segment's record), or none of these. A thread owns (t, 8 channels) and walks b as version 8 does, summing dwpe in fp32 and rounding once. A lone position, 85% of them at the default sizes, adds its dout chunk into its dwte chunk with one 16-byte bf16x2 reduction (red.global.add.noftz.v4.bf16x2, sm_90): L2 does the read-add-write, one rounding, and no thread waits for the dwte row. A leader sums its group's rows in fp32 and rounds once; a group longer than 16 positions is split into segments whose fp32 partial sums the last segment to finish adds, in segment order."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Deterministic: bucket the positions by token, then sum each bucket in position order"
+builds_on = 1
 changed = "No float atomics: a counting sort groups the positions by token (in increasing position order), then one block per distinct token sums its dout rows in that fixed order and adds the total to dwte once; dwpe rows sum their B positions in order."
 why = """
 Version 1's atomics make the result depend on which colliding add lands first. Here every float

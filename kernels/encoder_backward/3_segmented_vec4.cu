@@ -1,5 +1,6 @@
 /*
 title = "Deterministic and balanced: fixed segments of the sorted positions, float4 channels"
+builds_on = 2
 changed = "The sort is version 2's (it also records each slot's token). The sums no longer follow buckets: the sorted slots are cut into fixed segments of 8; a block per segment sums each run of equal tokens in it with float4 loads, adding a bucket that lies inside the segment straight into dwte and parking the partial sums of buckets that cross a segment edge; a last kernel adds those partials in segment order."
 why = """
 In version 2 one block sums a whole bucket, serially per channel: a frequent token (in text,

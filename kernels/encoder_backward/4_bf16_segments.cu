@@ -1,5 +1,6 @@
 /*
 title = "bf16 gradients, fp32 sums rounded once: version 3's segments, eight channels per access"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3 at bf16: dout, dwte and dwpe hold bf16. The sort is version 3's. Each thread sums its channels' dout rows in fp32 and adds the total to the widened gradient in fp32, rounding once when it stores the bf16 row; the partials of buckets that cross a segment edge stay fp32 in scratch. A segment's (at most 8) dout rows are all loaded before the first add. Channels move eight at a time (one 16-byte Pack8) when C % 8 == 0, one at a time otherwise."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "One launch, no sort: each block owns the tokens of one residue and groups their positions in shared memory"
+builds_on = 3
 changed = "Version 3's device-wide sort (a memset and four kernels before the sums, with scratch) is gone, and so is its combine kernel. Blocks 0..G-1 own the dwte rows: block g owns every token id v with v % G == g (G a power of two). Each reads all B*T token ids (int4 loads), keeps its own positions in ascending order (warp ballots and popcounts), counts them per token in shared memory, groups them with a stable counting sort in shared memory (__match_any_sync for the ranks) and sums each token's dout rows into its dwte row once, as 8 interleaved running sums. The blocks after the G token blocks sum dwpe's rows over b. One kernel, no scratch, float4 channels when C % 4 == 0."
 why = """
 Versions 2 and 3 sort the sources: every position is moved into the bucket of its token, which

@@ -1,5 +1,6 @@
 /*
 title = "bf16, one launch, no sort: version 5's token partition with fp32 sums rounded once"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5 at bf16: dout, dwte and dwpe hold bf16 (the token ids stay int32). The partition, the compaction and the counting sort in shared memory are version 5's, unchanged (integers only). Every sum is fp32: a token's 8 running sums and their partial rows in shared memory, and dwpe's sum over b; each total is added to the widened gradient in fp32 and rounded once, when the bf16 row is stored. Channels move eight at a time (one 16-byte Pack8) when C % 8 == 0, one at a time otherwise."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "One pass over dout: a thread sums dwpe's B rows itself and sends dwte four floats per atomic"
+builds_on = 1
 deterministic = false  # dwte: float atomics land in any order when tokens repeat (dwpe is fixed-order)
 changed = "Version 1's element threads become (t, four channels) threads that walk b: each reads the B float4 of dout at (b, t, c..c+3) once, adds them into a register sum in order of b and, once, into dwpe's float4 (no atomics: it is that chunk's only writer), and sends each to its token's dwte row with one vector atomic (atomicAdd on float4: a 16-byte reduction in L2 on sm_90; four scalar atomics on older GPUs). Rows of one thread that share a token are added in registers first and sent as one atomic. dwpe is now deterministic; dwte still takes atomics."
 why = """

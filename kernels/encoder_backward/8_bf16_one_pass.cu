@@ -1,5 +1,6 @@
 /*
 title = "bf16, one pass over dout: each block learns which of its tokens repeat from one scan of the ids; the rest need no coordination"
+builds_on = 6
 precision = "bf16"
 changed = "Version 6 partitions the destinations (block g owns the tokens v % G == g: it reads all ids and sorts its positions before its first dout load, and dwpe's blocks read dout a second time). This version partitions dout itself: a thread owns (t, 8 channels) and walks b, reading each dout chunk once; it sums dwpe's B rows in registers and adds each row to its token's dwte row itself, in fp32, rounding once. What makes that safe without atomics: each block scans all the ids once against a hash table of its own tokens in shared memory, so every position knows how many positions in the batch hold its token. A token held once (85% of positions at the default sizes) is updated by its position's thread directly; a repeated one only by its leader, which sums the group's rows in ascending position order. One launch, no scratch, no global atomics, deterministic; the dwte rows to be updated are prefetched to L2 (sm_90 bulk prefetch) while the block scans."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16, version 8 with its requests moved off the warps: the ids and the first dout rows copied into shared memory by the TMA unit (no faster)"
+builds_on = 8
 precision = "bf16"
 changed = "Version 8's one pass, with the order and the path of its first requests changed, as its measured phases asked. At the start, thread 0 copies all the token ids into shared memory with one bulk copy (cp.async.bulk, sm_90's TMA unit; batches up to 8192 positions, else it asks L2 for them); once the block's own ids are in the table, it copies the block's dout units for the first eight b into a 48 KB tile, one bulk copy per b, each completing on its own mbarrier. No warp waits to issue any of them: the block goes straight on to its scan (of the ids in shared memory, with no L2 round trips) while dout streams; the threads then read their chunks from the tile. Every sum is version 8's, in the same order: the bits are version 8's."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Version 3 with the token's round trip shortened: all ids asked of L2 at the start, wpe loaded before the token"
+builds_on = 3
 changed = "Version 3's grid of float4 threads with two changes at the top of the kernel: block 0 asks L2 for the whole of inp (one bulk prefetch, 32 KB at the default sizes), so every later block finds its token in L2 instead of DRAM; and each thread loads its wpe float4, which needs no token, before its token, so the two are in flight together and only the wte load waits."
 why = """
 Where version 3's time goes, measured on the H100 (2026-11-24, experiment copies of version 3

@@ -1,5 +1,6 @@
 /*
 title = "bf16: version 10's two changes on version 5 (ids asked of L2 at the start, wpe before the token)"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5's grid of Pack8 threads with version 10's changes: block 0 asks L2 for all of inp with one bulk prefetch, and each thread loads its wpe Pack8 before its token, so only the wte load waits for the token (an L2 hit for every block after the first wave)."
 why = """

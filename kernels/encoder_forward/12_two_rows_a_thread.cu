@@ -1,5 +1,6 @@
 /*
 title = "Version 10 with two independent gathers a thread: two token round trips in flight where version 10 has one"
+builds_on = 10
 changed = "Version 10's float4 threads, half as many: thread i handles float4 i and float4 i + S (S = the grid's thread count, so the two are in different halves of the batch, different tokens, and each half is still read and written in coalesced runs). Both wpe loads and both token loads are issued first, then both wte loads, then both stores: two independent token -> row chains per thread."
 why = """
 What is left of version 10's gap to the copy (its header) is the wait between a thread's token and

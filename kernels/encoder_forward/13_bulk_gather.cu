@@ -1,5 +1,6 @@
 /*
 title = "Rows gathered by the TMA unit: a ring of tiles in shared memory, S - 1 tiles in flight a block"
+builds_on = 12
 changed = "Version 12's threads no longer load the rows they add. A block owns tiles of R consecutive positions and keeps S of them in flight in shared memory; lane r of warp 0 loads position r's token and issues one bulk copy of its whole wte row and one of its wpe row (cp.async.bulk, completing on the stage's mbarrier); every thread waits for the tile, adds 16 bytes at a time from shared memory and stores with streaming stores; after a barrier the stage is refilled with the tile S further on, whose tokens were loaded before the adds."
 why = """
 Measured: it is not faster. The prediction was that with the gather handed to the TMA unit the

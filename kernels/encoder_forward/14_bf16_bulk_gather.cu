@@ -1,5 +1,6 @@
 /*
 title = "Version 13 at bf16: a ring of bulk-copied wte rows, wpe read by the adds"
+builds_on = 13
 precision = "bf16"
 changed = "Version 11's Pack8 threads replaced by version 13's ring: tiles of R positions (about 12 KB of bf16 wte rows), four stages, only the wte rows copied whole by the TMA unit; the adds read 16 bytes of the tile with one shared load and the wpe row's 16 bytes from global memory, add eight bf16 in fp32 and round once."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "A warp per row, one resident wave, the next row's token loaded a row ahead"
+builds_on = 3
 changed = "Version 3's float4 gather reorganized: each warp owns whole rows (6 float4 of wte and 6 of wpe per lane at C = 768, all issued before the first add), the grid is one resident wave of warps looping over rows, each warp loads the token of its next row while it moves the current one, and the wpe loads are issued before the wait on the token."
 why = """
 At 8x1024x768 the op moves 53.5 MB: 25.2 MB of gathered wte rows, 3.1 MB of wpe (read from

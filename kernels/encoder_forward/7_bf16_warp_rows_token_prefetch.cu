@@ -1,5 +1,6 @@
 /*
 title = "bf16: a warp per pair of rows sharing a wpe row, one resident wave, tokens loaded a pass ahead"
+builds_on = 6
 precision = "bf16"
 changed = "Version 6's organization at bf16: each warp moves two whole rows per pass, the same position t of sequences b and b + 1, so the two rows add the same wpe row (at C = 768: 3 wpe and 6 wte 16-byte loads per lane, all issued before the first add); the grid is one resident wave of warps looping over pairs; the next pair's tokens are loaded a pass ahead; the wpe loads are issued before the wait on the tokens; packs sit in registers as four 32-bit words (stream_vec.cuh), not as Pack8's eight 16-bit halves."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "A thread per float4 column of a position, for eight sequences at once"
+builds_on = 3
 changed = "Version 3's massive grid of float4 threads, each thread now moving the same float4 column of position t for eight sequences: it loads its eight tokens and its wpe float4 first, with no branch between them, then eight wte float4 (all in flight together), and writes eight outputs; wpe is read once per eight rows, and the group's size is a compile-time constant in every path (a switch), so no load or store is predicated."
 why = """
 At 8x1024x768 the op moves 53.5 MB: 25.2 MB of gathered wte rows, 3.1 MB of wpe, 25.2 MB of out,

@@ -1,5 +1,6 @@
 /*
 title = "Version 3 with L2 eviction priorities: wte rows evict-first, wpe rows evict-last"
+builds_on = 3
 changed = "Version 3's grid of float4 threads, unchanged, except how each load asks L2 to keep its line: the gathered wte rows with an evict-first policy and no L1 allocation, the wpe rows (read by every sequence) with an evict-last policy, both through createpolicy and ld.global...L2::cache_hint."
 why = """
 An L2 line's eviction priority is a hint a load can carry (PTX `createpolicy` makes a 64-bit

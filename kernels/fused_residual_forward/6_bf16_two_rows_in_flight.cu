@@ -1,5 +1,6 @@
 /*
 title = "bf16: loads before the weight staging, each warp holding two rows: one normalized while the other is in flight"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5's persistent blocks, with the first two rows' loads of every warp issued before the block stages weight and bias (version 5 staged first, then loaded), and a two-row pipeline: each warp holds two rows of inp1 and inp2 in registers and refills a row's registers with its row two ahead as soon as that row is written, so one row is in flight while the other is reduced and written. Rows sit in registers as raw 32-bit words (stream_vec.cuh); the fp32 sums are formed where they are used."
 why = """

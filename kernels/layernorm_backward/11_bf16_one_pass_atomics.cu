@@ -1,5 +1,6 @@
 /*
 title = "bf16, one launch: version 10's pass with the next row prefetched, fp32 atomics, one rounding by the last block"
+builds_on = 10
 precision = "bf16"
 changed = "Version 10 in bf16 (eight values per 16-byte pack, a lane holds 3 packs of each array) with the next row's dout, inp and dinp loaded before the current row is worked on; the column sums stay fp32 (registers, then one atomic per column per block into a module-level fp32 accumulator), and the block that takes the last ticket adds the totals into the bf16 dweight and dbias, rounding once, and zeroes the accumulator and the ticket counter for the next launch. One launch: no scratch, no memset, no reduce kernel."
 why = """

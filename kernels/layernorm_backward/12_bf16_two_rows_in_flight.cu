@@ -1,5 +1,6 @@
 /*
 title = "bf16, one launch: two rows a warp in flight as 32-bit words, the last block's rounding in one round trip"
+builds_on = 11
 precision = "bf16"
 changed = "Version 11's design with three of its costs removed. Rows sit in registers as Word8 (an int4 of 32-bit words, stream_vec.cuh) in two buffers that take turns (the loop unrolled twice), so a warp's next row really is in flight while it works on the current one (in version 11, ptxas rebuilt the prefetched Pack8 from 16-bit halves halfway through the current row, and the warp waited there); about 600 instructions a warp-row instead of 866. The last block issues all its loads of the fp32 totals before using any, and adds them to a copy of dbias and dweight that each block stashed in shared memory when it started: one L2 round trip where version 11 looped, one DRAM round trip per blockDim columns. The block's column sums cross shared memory without bank conflicts and leave as float4 atomics on sm_90."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Version 5 with the column sums in the same launch: the last block of each team reduces"
+builds_on = 5
 changed = "Version 5's row work and per-block partial rows, unchanged; the reduce kernel is gone. Blocks form teams of ceil(sqrt(G)) consecutive blocks; after writing its partial row a block takes a ticket (atomicAdd) on its team's counter, and the block that takes the team's last ticket sums the team's rows in block order into a team row; then a ticket on a global counter, and the block that takes the last one sums the team rows in team order into dweight and dbias. A memset step zeroes the counters before the kernel."
 why = """
 Version 5 finishes with a second kernel, and that kernel is most of what separates it from a

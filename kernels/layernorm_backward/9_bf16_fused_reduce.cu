@@ -1,5 +1,6 @@
 /*
 title = "bf16, version 7 with the column sums in the same launch: the last block of each team reduces"
+builds_on = 7
 precision = "bf16"
 changed = "Version 7's row work and fp32 per-block partial rows, unchanged; the reduce kernel is gone, replaced by version 8's tickets: teams of ceil(sqrt(G)) blocks, the last block of a team (atomicAdd on the team's counter) sums the team's fp32 rows in block order, the last team's last block sums the team rows in team order and adds them into the bf16 dweight and dbias in fp32, rounding once. A memset step zeroes the counters."
 why = """

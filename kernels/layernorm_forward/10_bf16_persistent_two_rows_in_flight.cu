@@ -1,5 +1,6 @@
 /*
 title = "bf16: one resident wave of warps, each holding two rows: one normalized while the other is in flight"
+builds_on = 9
 precision = "bf16"
 changed = "Version 9 made persistent and pipelined: the grid is one resident wave of warps looping over rows; each warp issues the loads of its first two rows before it stages the weights, and from then on holds two rows in registers, refilling a row's registers with its row two ahead as soon as that row is written, so one row is always in flight while the other is reduced and written. Rows sit in registers as raw 32-bit words (stream_vec.cuh), widened where they are used; weight and bias sit in shared memory as words."
 why = """

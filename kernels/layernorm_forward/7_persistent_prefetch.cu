@@ -1,5 +1,6 @@
 /*
 title = "Persistent warps: the next row is loaded while this one is normalized"
+builds_on = 6
 changed = "The grid is sized to fill the GPU once; each warp loops over rows and issues the loads of its next row before it reduces and writes the current one."
 why = """
 Version 6 launches one warp per row, in about two waves: each warp loads, then reduces (memory

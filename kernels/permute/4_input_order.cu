@@ -1,5 +1,6 @@
 /*
 title = "Written from the input's side: reads in one sequential stream, 16-byte units"
+builds_on = 2
 changed = "Version 2 has a thread per float4 of the output: a warp reads HS-float runs of one head from rows 3C floats apart and writes one contiguous run. Here a thread per 16-byte unit of the input, in the input's order: a warp reads 512 contiguous bytes, exactly as a copy does, and writes runs of one head's row (HS floats, 256 bytes at HS = 64) to q, k and v. The kernel moves units, not floats (kernels/common/permute_units.cuh), so version 5 runs the same code at bf16."
 why = """
 A permute is a copy whose reads or writes (not both) must be scattered. Version 2 scatters the

@@ -1,5 +1,6 @@
 /*
 title = "bf16, written from the input's side: version 4's kernel at eight values a unit"
+builds_on = 4
 precision = "bf16"
 changed = "Version 3 at bf16 writes from the output's side (a warp reads runs of one head's 64 values, 128 bytes, from rows 4.5 KB apart). This is version 4's kernel unchanged: it moves 16-byte units in the input's order, and at bf16 a unit holds eight values, so a head row of HS = 64 is 8 units and HS must be a multiple of 8 (version 3 takes every other head size)."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16 tensor cores: mma.sync m16n8k16 fed by ldmatrix, streamed tiles by cp.async, a dK/dV kernel and a dQ kernel (no atomics)"
+builds_on = 2
 precision = "bf16"
 changed = """
 From version 2: bf16 storage (qkv, dout, dqkv) and every product on the tensor cores:

@@ -1,5 +1,6 @@
 /*
 title = "bf16 tensor cores: mma.m16n8k16, ldmatrix, cp.async double buffering, P kept in registers"
+builds_on = 2
 precision = "bf16"
 changed = """
 Version 2's one-kernel structure (a block owns 64 query rows and streams 64-key tiles up to the
