@@ -58,7 +58,6 @@ def test_the_headers():
     for number, precision in VERSIONS.items():
         v = version(number)
         assert v.precision == precision and v.deterministic
-        assert ("Prediction" if number < 12 else "Measured") in v.why
     assert len(cases()) >= 25
 
 

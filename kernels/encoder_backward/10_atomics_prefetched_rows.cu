@@ -14,10 +14,8 @@ puts the dwte fetch in flight beside the dout loads, and the reduction, when it 
 line in L2. evict_last keeps the prefetched lines from being pushed out by the streaming dout
 reads before their reduction arrives. A prefetch holds no register and nobody waits for it.
 
-Tried on the H100 beside version 7, two runs of the family each (bench, 2026-11-24, copy of the
-81.8 MB: 33.4 and 34.0 us): version 7 35.8 and 35.1 us (0.93x, 0.97x); dout read with an
-evict-first policy and no L1 allocation 35.3 and 34.8 us; dout with __ldcs 34.5 and 35.0 us; this
-version 34.4 and 33.8 us (0.97x, 1.01x), the best of the four in both runs.
+Tried beside version 7 with other cache policies for dout; this one was the best of them
+(results/notes/encoder_backward.md).
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [128, 256, 512]

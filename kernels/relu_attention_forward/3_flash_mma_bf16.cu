@@ -33,9 +33,7 @@ Loads overlap compute (tile j + 1 in flight while tile j is multiplied, two barr
 rows padded to HSP + 8 elements so ldmatrix is conflict-free; only the diagonal tile is masked
 and the loop stops there; the longest query tiles are scheduled first.
 
-Measured on the H100 (2026-11-25, bench relu_attention_forward, B=8 T=1024 NH=12 HS=64): 59.8 us,
-against version 2's 422.9 us (fp32) and PyTorch's bf16 ReLU attention (materialised T x T scores)
-1133 us in the same run; promoted for the trainer's bf16 --attention relu (33.0 us at B=4).
+Measurements: results/notes/relu_attention_forward.md.
 """
 preconditions = ["HS <= 128"]
 
