@@ -75,7 +75,9 @@ def with_capacity(tmp_path, number, cap, G=None):
     shutil.copy(FAMILY.path / "family.toml", fam_dir)
     shutil.copytree(ROOT / "references", tmp_path / "references")
     shutil.copytree(ROOT / "kernels" / "common", tmp_path / "kernels" / "common")
-    text = src.read_text()
+    for helper in FAMILY.path.glob("*.cuh"):  # the family's own helpers
+        shutil.copy(helper, fam_dir)
+    text = re.sub(r"^builds_on = .*\n", "", src.read_text(), flags=re.M)  # the copy holds no other version
     text, n = re.subn(r"constexpr int CAP = \d+;", f"constexpr int CAP = {cap};", text)
     assert n == 1
     if G is not None:

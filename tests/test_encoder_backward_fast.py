@@ -1,5 +1,5 @@
 """encoder_backward's one-pass versions (7: fp32, vector atomics into dwte; 10: the same with the
-dwte chunks prefetched to L2; 8: bf16, no atomics, kernels/common/encoder_backward_fast.cuh;
+dwte chunks prefetched to L2; 8: bf16, no atomics, kernels/encoder_backward/encoder_backward_fast.cuh;
 9: version 8 with its first dout rows bulk-copied into shared memory, the header's DOUT path;
 11: version 8 with the dwte and dwpe chunks it updates bulk-copied into shared memory, ROWS),
 without a GPU.
@@ -21,6 +21,7 @@ The L2 prefetches of versions 8 and 10 are checked by the emulator (emu.h's EMU_
 each range inside a buffer, as a prefetch out of bounds would fault on the GPU.
 """
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -350,6 +351,7 @@ def fp32_twin(tmp_path):
     the family."""
     header = FAMILY.version(ONE_PASS).path.read_text().partition("*/")[0]
     header = _sub(header, 'precision = "bf16"\n', "")
+    header = re.sub(r"^builds_on = .*\n", "", header, flags=re.M)  # the copy holds no other version
     header = _sub(header, 'CU = "C // 8 if C % 8 == 0 else C"', 'CU = "C // 4 if C % 4 == 0 else C"')
     header = _sub(header, 'shared_bytes = "8192 *', 'shared_bytes = "4096 *')  # 256 x 4 floats a pair
     header = _sub(_sub(header, '"C % 8 == 0"', '"C % 4 == 0"'), '"C % 8 != 0"', '"C % 4 != 0"')
@@ -360,6 +362,8 @@ def fp32_twin(tmp_path):
     shutil.copy(FAMILY.path / "family.toml", fam_dir)
     shutil.copytree(ROOT / "references", tmp_path / "references")
     shutil.copytree(ROOT / "kernels" / "common", tmp_path / "kernels" / "common")
+    for helper in FAMILY.path.glob("*.cuh"):  # the family's own helpers
+        shutil.copy(helper, fam_dir)
     (fam_dir / "9_fp32_one_pass.cu").write_text(header + "*/" + FP32_CODE)
     version = Project(tmp_path).family("encoder_backward").version(9)
     assert version.precision == "fp32" and version.deterministic

@@ -156,6 +156,9 @@ class Version:
     # (tensor cores on fp32 data: TF32's rounding), "cudnn" (a library's kernel). promote keeps it
     # as the family's `@variant` entry, never as the family's own.
     variant: str | None = None
+    # The version this one builds on (its story is told against it; `workbench diff` compares
+    # with it by default); 0 for a version that starts afresh, None where the header says nothing.
+    builds_on: int | None = None
 
     @property
     def label(self) -> str:
@@ -347,7 +350,12 @@ class Family:
                 raise ContractError(f"{self.name}: two files claim version {n}: "
                                     f"{found[n].name} and {path.name}")
             found[n] = path
-        return [load_version(self, n, found[n]) for n in sorted(found)]
+        versions = [load_version(self, n, found[n]) for n in sorted(found)]
+        for v in versions:
+            if v.builds_on and v.builds_on not in found:
+                raise ContractError(f"{v.path}: builds_on = {v.builds_on} names no version of {self.name} "
+                                    f"(versions: {', '.join(map(str, sorted(found)))})")
+        return versions
 
     def version(self, number: int | str) -> Version:
         try:
@@ -540,11 +548,21 @@ def parse_header(path: Path) -> dict[str, Any]:
         raise ContractError(f"{path}: header is not valid TOML: {e}") from None
 
 
+def _builds_on(h: Mapping, family: Family, number: int, where: str) -> int | None:
+    """The header's builds_on: a lower version's number, 0 (it starts afresh) or absent (None).
+    Whether that version exists is checked once the family's files are listed (Family.versions)."""
+    builds_on = h.get("builds_on")
+    if builds_on is not None and (type(builds_on) is not int or not 0 <= builds_on < number):
+        raise ContractError(f"{where}: builds_on must be the number of a lower-numbered version of "
+                            f"{family.name} (or 0: it starts afresh), got {builds_on!r}")
+    return builds_on
+
+
 def load_version(family: Family, number: int, path: Path) -> Version:
     where = str(path)
     h = parse_header(path)
     _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
-                  "tolerance", "derived", "precision", "deterministic", "variant"}, where)
+                  "tolerance", "derived", "precision", "deterministic", "variant", "builds_on"}, where)
     precision = _want(h, "precision", str, where, "fp32")
     if precision != "fp32" and precision not in family.precisions:
         raise ContractError(f"{where}: precision {precision!r} is not one the family's contract lists "
@@ -598,7 +616,8 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         preconditions=tuple(_want(h, "preconditions", list, where, [])),
         block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
         atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived, precision=precision,
-        deterministic=_want(h, "deterministic", bool, where, True), variant=_want(h, "variant", str, where, None))
+        deterministic=_want(h, "deterministic", bool, where, True), variant=_want(h, "variant", str, where, None),
+        builds_on=_builds_on(h, family, number, where))
     known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES | set(derived)
     texts = [*v.preconditions, *(s.size for s in scratch), *derived.values()]
     for st in steps:

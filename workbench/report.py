@@ -293,6 +293,10 @@ def version_panel(v: Version) -> Panel:
     grid.add_row("file", str(v.path.relative_to(v.family.project.root)))
     if v.precision != "fp32":
         grid.add_row("precision", v.precision)
+    if v.builds_on:
+        grid.add_row("builds on", f"{v.family.name} {v.builds_on}: {escape(v.family.version(v.builds_on).title)}")
+    elif v.builds_on == 0:
+        grid.add_row("builds on", "nothing: it starts afresh")
     if v.changed:
         grid.add_row("changed", escape(v.changed))
     if v.why:

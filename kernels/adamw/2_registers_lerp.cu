@@ -1,5 +1,6 @@
 /*
 title = "Registers and lerp: per-launch constants hoisted, each moment two FMAs"
+builds_on = 1
 changed = "The step's constants (clip factor, 1/bias corrections, lr) are computed once per thread into registers before the element loads; the moments use lerp (two FMAs each); a grid-stride loop lets one thread update several parameters."
 why = """
 The moment updates are linear interpolations: m = lerp(m, g, 1 - beta1). Written as

@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads and stores with streaming cache hints"
+builds_on = 2
 changed = "Each thread updates 4 consecutive parameters with float4 loads/stores of params, grads, m and v; every access is marked streaming (__ldcs/__stcs); the tail (N % 4) is scalar."
 why = """
 At 28 bytes a parameter the update is a pure stream: version 2 issues 7 memory instructions per

@@ -1,5 +1,6 @@
 /*
 title = "Mixed precision: bf16 gradients in, fp32 master weights and moments, bf16 weights out"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3's single streaming pass, for a bf16 model: the gradients arrive as bf16 (one 16-byte Pack8 holds eight), params, m and v stay fp32 and are updated exactly as before, and the same pass writes params_bf16, the updated params rounded once to bf16 (one Pack8 store per eight). Eight parameters per thread; the tail (N % 8) and unaligned buffers are scalar."
 why = """

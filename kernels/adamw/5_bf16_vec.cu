@@ -1,39 +1,27 @@
 /*
 title = "Mixed precision, coalesced: four parameters a thread, each warp access whole sectors"
+builds_on = 4
 precision = "bf16"
 changed = "Version 4's arithmetic with version 3's memory layout: each thread updates 4 consecutive parameters instead of 8, so params, m and v move as one float4 each (16 bytes a lane) and the bf16 grads and params_bf16 as one 8-byte word of four bf16 each, all streaming. Each warp-wide access now covers one contiguous run of whole 32-byte sectors. The tail (N % 4) and unaligned buffers are scalar."
 why = """
-Version 4 already used 16-byte accesses, so bytes per memory instruction is not what holds it
-back: this version even issues a few more memory instructions per parameter (8 per four
-parameters, against version 4's 14 per eight). What changes is what one warp-wide instruction
-touches. Memory moves between DRAM, L2 and the SMs in 32-byte sectors, four to a 128-byte line.
-In version 4 a thread's eight fp32 params are 32 contiguous bytes read as two float4s, so the
-32 lanes of the first load touch the first half of 32 different sectors (1 KB of lines for 512
-useful bytes) and the second load touches the other halves. Every sector of params, m and v is
-needed by two instructions, and the second finds it only if the line is still in L1; with dozens
-of warps per SM each streaming kilobytes, L1 is too small to keep it, and the likely result is
-that the second half is fetched from L2 again. The stores are split the same way: each sector
-reaches L2 as two half-sector writes. Its SASS (nvcc 13.0, sm_90) adds a second cost: only four
-of its seven loads go out together; the second float4s of params, m and v are issued after the
-first ones have arrived, so each thread waits for DRAM twice. (Version 4 ran faster with fewer
-resident warps, its 1024-thread blocks, which fits this picture; these are the probable causes,
-not measured ones.)
+Version 4 already used 16-byte accesses; what holds it back is what one warp-wide instruction
+touches. Memory moves in 32-byte sectors, four to a 128-byte line. In version 4 a thread's eight
+fp32 params are 32 contiguous bytes read as two float4s, so each load of a warp touches half of 32
+different sectors: every sector of params, m and v is needed by two instructions, the second finds
+it only if the line is still in L1 (too small, with dozens of warps streaming), and the stores
+reach L2 as half-sector writes. Its SASS also issues the second float4s only after the first have
+arrived: each thread waits for DRAM twice. (Probable causes, not measured ones.)
 
 Here lane i of a warp takes float4 number i of a contiguous run: one warp instruction covers 512
-consecutive bytes of an fp32 array (four whole lines), and an 8-byte access of a bf16 array 256
-(two lines). Each sector is fetched or written once, whole, by one instruction, and nothing
-relies on a cache holding it. This is version 3's layout, which ran within a few percent of a
-plain copy at fp32; the bf16 arrays take 8 bytes a lane where the fp32 ones take 16. The four
-loads (56 bytes) are written first and go out back to back, before the step's setup (the hp
-loads, the clip factor and bias corrections), so DRAM's latency covers that arithmetic and each
-thread waits for memory once. Holding the loaded values through the setup takes 40 registers, as
-in version 4: about 1536 resident threads an SM (1024 with 1024-thread blocks), up to 84 KB
-requested at once per SM, well above the few tens of KB that DRAM's latency times its bandwidth
-asks for. The per-element arithmetic, the clipping rule, the bias corrections and the single
-round-to-nearest of the bf16 copy are version 4's, unchanged.
+consecutive bytes of an fp32 array (four whole lines), and an 8-byte access of a bf16 array 256.
+Each sector is fetched or written once, whole, by one instruction, and nothing relies on a cache
+holding it: version 3's layout, which ran within a few percent of a copy at fp32. The four loads
+(56 bytes) go out back to back before the step's setup (hp loads, clip factor, bias corrections),
+so DRAM's latency covers that arithmetic and each thread waits for memory once; 40 registers keep
+about 1536 threads an SM resident, well above what Little's law asks. The arithmetic, the clipping
+rule, the bias corrections and the single rounding of the bf16 copy are version 4's.
 
-Measured on the H100 (bench --all, N = 124M): 1176 µs, against version 4's 1663 µs and a copy
-of the same 3.49 GB at 1156 µs (0.98x of the copy).
+Measurements: results/notes/adamw.md.
 """
 block_sizes = [64, 128, 256, 512, 1024]
 

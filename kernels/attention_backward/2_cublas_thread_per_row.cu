@@ -1,5 +1,6 @@
 /*
 title = "cuBLAS GEMMs + a causal softmax backward with one thread per row"
+builds_on = 1
 changed = "The five matmuls go to cuBLAS strided-batched GEMMs over the B*NH heads (q, k, v, dout permuted into per-head blocks first, the gradients permuted back). Between them one kernel, one thread per row, turns scores into P = exp(s - lse) and dP into dS = P (dP - D)."
 why = """
 The matmuls are ~95% of the work and cuBLAS runs them near the FP32 ceiling instead of version

@@ -1,5 +1,6 @@
 /*
 title = "cuBLAS GEMMs + a warp per row for the softmax backward"
+builds_on = 2
 changed = "The softmax-backward kernel gives each row to a warp: its 32 lanes take consecutive columns, reduce D with shuffles, then write dS."
 why = """
 Version 2's threads each walked a row T floats away from their neighbours' rows: every load was

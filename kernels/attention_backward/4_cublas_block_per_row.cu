@@ -1,5 +1,6 @@
 /*
 title = "cuBLAS GEMMs + a block per row for the softmax backward, the row cached in shared memory, float4"
+builds_on = 3
 changed = "The softmax-backward kernel gives each row to a block. Its threads read the row's scores and dP once with float4 loads, keep P and dP in shared memory, reduce D across warps, and write P and dS once."
 why = """
 Version 3 reads every element twice (the second pass hits L2 for rows longer than L1 keeps) and

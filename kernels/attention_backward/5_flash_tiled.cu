@@ -1,5 +1,6 @@
 /*
 title = "Flash-style fp32 backward: a block per 64-key tile, no T x T buffer, dq by atomics"
+builds_on = 4
 deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "No scratch matrices and no permutes. A first kernel computes D = dout . out per row and zeroes dq; the main kernel gives each block 64 keys of one head (K and V staged once) and walks the 64-row query tiles from the diagonal down, recomputing S and P, forming dP and dS in registers, accumulating dK and dV in registers, and adding each tile's dQ contribution with atomics."
 why = """

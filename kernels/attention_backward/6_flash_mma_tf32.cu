@@ -1,5 +1,6 @@
 /*
 title = "TF32 tensor cores (mma.sync m16n8k8): version 5's flash backward with every product on the tensor cores"
+builds_on = 5
 variant = "tf32"  # promoted as the family's @tf32 entry: train --attention flash at fp32
 deterministic = false  # dQ is summed over key tiles with float atomicAdd, as in version 5
 changed = """

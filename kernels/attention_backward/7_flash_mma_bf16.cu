@@ -1,5 +1,6 @@
 /*
 title = "bf16 tensor cores: mma.sync m16n8k16 on K, V resident tiles, Q and dout streamed by cp.async, dQ by fp32 atomics"
+builds_on = 5
 precision = "bf16"
 deterministic = false  # dQ is summed over key tiles with float atomicAdd: its last bits vary run to run
 changed = """

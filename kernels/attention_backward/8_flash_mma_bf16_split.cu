@@ -1,5 +1,6 @@
 /*
 title = "bf16 tensor cores, deterministic: a dK/dV kernel over query tiles and a dQ kernel over key tiles, no atomics"
+builds_on = 7
 precision = "bf16"
 changed = """
 Version 7's one kernel becomes two that each own their outputs. The first is version 7's

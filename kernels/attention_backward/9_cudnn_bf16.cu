@@ -1,5 +1,6 @@
 /*
 title = "cuDNN's fused attention backward (bf16), through the cuDNN frontend"
+builds_on = 0  # starts afresh
 variant = "cudnn"  # promoted as the family's @cudnn entry: train --attention cudnn
 precision = "bf16"
 changed = "No kernel of ours: cuDNN's SDPA backward graph recomputes P from q, k and the forward's log-sum-exp and writes dq, dk, dv straight into the packed dqkv."

@@ -1,5 +1,6 @@
 /*
 title = "bf16 flash attention, 32 query rows a warp: each K/V fragment feeds two mma, P V a tile behind"
+builds_on = 8
 precision = "bf16"
 changed = """
 Version 8's kernel (mma.m16n8k16, ldmatrix, cp.async, P kept in registers) reorganised around the
@@ -20,41 +21,23 @@ For HS > 64 (head padded to 128), a warp keeps 16 rows (Q and O twice the size) 
 with the other changes.
 """
 why = """
-Counts per warp and 64-key tile at HS = 64, from the sm_90 SASS (cuobjdump), the steady state:
-  version 8, 16 rows: 64 HMMA, 32 LDSM.x4 (16 KB of shared reads), ~420 instructions (the
-    softmax and P V 250, Q K^T 60, the K/V copies 110), 2 barriers for 4 warps: 6.6 issued a mma.
-  version 10, 32 rows: 128 HMMA, 32 LDSM.x4 (the same 16 KB), ~600 instructions (the step 523 -
-    the 64 rescaling FMULs only when the maximum moved - the copies ~55, the loop ~20), 1 barrier:
-    4.7 a mma, and half the shared-memory bytes a mma.
-An H100 SM reads 128 B of shared memory a clock: version 8's 16 KB per 64 mma is 128 clocks for
-64 x 4096 FLOP, a cap of 2048 FLOP/clk/SM, ~470 TFLOP/s at 1.75 GHz, close enough to what mma.sync
-delivers (~2/3 of the 4096 FLOP/clk/SM of wgmma) that the two compete; at 32 rows the cap
-doubles. Each SM issues one instruction a clock per scheduler: at 6.6 instructions a mma,
-version 8 spends ~6.6 clocks of issue per mma against ~6 of tensor time; 4.7 leaves headroom.
-The MUFU.EX2 (16 a clock per SM) are 64 per 128 mma: ~8 clocks each per scheduler, 512 against
-~770 of tensor time a tile, overlapped with P V of the previous tile (the lag).
-K/V from L2: a block's 16 KB per tile now serves 128 query rows, not 64: at B = 4, T = 1024,
-NH = 12, 57 MB instead of 107 MB.
-Registers: Q fragments 32, o 64, s 64, the lagging P 32 (bf16 pairs), m and l 8: ptxas uses 255
-(no spills), so 2 blocks (8 warps) an SM: 128 threads x 255 x 2 fits 64 K registers. Shared
-memory: (128 Q rows + 3 x 64 K + 3 x 64 V rows) x 144 B = 72 KB a block, 144 KB for two.
-Fewer warps (8 an SM, version 8 had 16) hide less latency: the lag and the two independent m
-tiles per warp are what keep the tensor pipe fed.
-Scheduling: query tiles are dispatched longest first (blockIdx.y reversed) and the hardware hands
-the next block to the SM that frees a slot: at B = 4 that is 384 blocks of 2..16 key tiles on
-264 slots (2 an SM). A model of it (an SM's two blocks share its throughput, one alone runs at
-0.65 of it) gives 87% of a perfect balance (93% at B = 8); pairing query tile i with 7 - i in one
-block (equal work) gives 192 blocks for 264 slots: 73%. Warps 0-1 of a block finish one tile
-before warps 2-3 (their rows end 64 keys earlier); the other block on the SM uses the gap.
-Only each warp's diagonal tile is masked; rows past T are computed and not stored; a warp with
-no row below T only keeps the barriers.
-Prediction (to be measured): if version 8 is bound by issue and shared-memory bandwidth, the
-ratios above give 68 us x 4.7 / 6.6 = ~48 us at B = 8 (~270 TFLOP/s, cuDNN 52.1 us) and ~27 us at
-B = 4 (~240 TFLOP/s), about cuDNN's time. The risk is latency with 8 warps an SM; PV_LAG = 0 and
-RESCALE_SLACK = 0 below measure what the lag and the lazy rescaling are worth.
-The copy row is no bar here: attention is compute bound (6.4 GFLOP for 25 MB at B = 4).
+Version 8 is bound by instruction issue and shared-memory bandwidth, not by the tensor cores. Per
+warp and 64-key tile (sm_90 SASS), version 8's 16 rows cost 64 mma, 32 ldmatrix.x4 (16 KB of
+shared reads) and ~420 instructions: 6.6 issued a mma, against ~6 clocks of tensor time, and its
+shared reads cap it near what mma.sync delivers. A warp owning 32 query rows (two m16 tiles) uses
+each K/V fragment for two mma: 128 mma for the same 16 KB of ldmatrix and ~600 instructions, 4.7
+issued a mma and half the shared-memory bytes a mma. P V runs a tile behind Q K^T (the lag), so the
+exp2 of one tile overlaps the products of the previous, and O is rescaled only when a row's maximum
+moved. K/V tiles from L2 now serve 128 query rows a block instead of 64.
 
-Measured on the H100 (2026-11-24): 35.4 us at B=4, T=1024, NH=12, HS=64 against cuDNN's version 9 at 33.2 us and version 8 at 37.0 us in the same call; 62.3-63.7 us at B=8 (three bench --all runs; version 8 68.5-68.8 us, cuDNN 52.1-52.4 us).
+The cost is registers: Q fragments, o, s, the lagging P, m and l take 255 (no spills), so 2 blocks
+(8 warps) an SM, and 72 KB of shared memory a block. Fewer warps hide less latency: the lag and
+the two independent m tiles of a warp keep the tensor pipe fed. Query tiles are dispatched longest
+first; only each warp's diagonal tile is masked; rows past T are computed and not stored.
+PV_LAG = 0 and RESCALE_SLACK = 0 below turn the two tricks off, to measure what they are worth.
+Attention is compute bound, so the copy row is no bar here.
+
+The counts, the scheduling model and the measurements: results/notes/attention_forward.md.
 """
 preconditions = ["HS <= 128"]
 

@@ -1,5 +1,6 @@
 /*
 title = "A first flash attention: 32-row tiles, online max and sum, no T x T buffer"
+builds_on = 1
 changed = "One kernel: a block of 32 threads owns 32 query rows and walks the 32-row tiles of k and v up to the diagonal, keeping a running max, running sum and running output per row (online softmax)."
 why = """
 The (B, NH, T, T) matrix is gone: scores live only as a 32 x 32 tile in shared memory, so the

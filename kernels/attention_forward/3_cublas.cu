@@ -1,5 +1,6 @@
 /*
 title = "cuBLAS strided-batched GEMMs for q k^T and att @ v, a block-per-row softmax between them"
+builds_on = 1
 changed = "The two matmuls go to cuBLAS (one batched call each over the B*NH heads); q, k, v are first permuted into per-head blocks and the result permuted back. The softmax is a block per row with shared-memory reductions."
 why = """
 The matmuls are 95% of the FLOPs, and cuBLAS runs them near the FP32 FMA ceiling (~45-49 TFLOP/s

@@ -1,5 +1,6 @@
 /*
 title = "cuBLAS + a warp-per-row online softmax: scale fused in, only t2 <= t read, float4"
+builds_on = 3
 changed = "The first GEMM no longer scales (alpha = 1); the softmax kernel applies scale * log2(e) itself and uses exp2. A warp owns a row and finds (max, sum) in one pass over the causal part with float4 loads, merging the lanes' (max, sum) pairs with shuffles; the write pass stores float4s of probabilities and of zeros."
 why = """
 Version 3's softmax reads each row twice before writing it, a block per row leaves most threads

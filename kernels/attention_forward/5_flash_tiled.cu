@@ -1,5 +1,6 @@
 /*
 title = "Flash attention in fp32: 64 x 64 tiles in shared memory, 4 x 4 register micro-tiles"
+builds_on = 2
 changed = "Back to a single kernel and no T x T buffer, now built like a GEMM: 256 threads share a 64-row query tile and stream 64-row key/value tiles up to the diagonal; each thread holds a 4 x 4 block of scores and a 4 x 4 block of the output in registers and reads its operands as float4 from shared memory."
 why = """
 Version 3 is bound by memory traffic (the 400 MB score matrix goes through DRAM three times) and

@@ -1,5 +1,6 @@
 /*
 title = "Flash attention in fp32 with 128-row query tiles and 8 x 8 register micro-tiles"
+builds_on = 5
 changed = "Each block now owns 128 query rows with 128 threads; a thread holds an 8 x 8 block of scores and an 8 x 8 block of the output (64 + 64 accumulators), so every float4 from shared memory feeds 32 FMAs instead of 16."
 why = """
 In version 5 a thread loads 8 float4s from shared memory for 64 FMAs (S) and again for PV: one

@@ -1,5 +1,6 @@
 /*
 title = "Flash attention on TF32 tensor cores: mma.m16n8k8 for Q K^T and P V, fp32 in and out"
+builds_on = 6
 variant = "tf32"  # promoted as the family's @tf32 entry: train --attention flash at fp32
 changed = """
 Version 6's flash loop (64-key tiles up to the diagonal, online softmax, no T x T matrix), with both

@@ -1,5 +1,6 @@
 /*
 title = "Flash attention on bf16 tensor cores: mma.m16n8k16, ldmatrix, cp.async double buffering"
+builds_on = 7
 precision = "bf16"
 changed = """
 Version 7's structure in bf16 (q, k, v and out bf16; scores, softmax and output accumulated in fp32;

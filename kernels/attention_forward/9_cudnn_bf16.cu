@@ -1,5 +1,6 @@
 /*
 title = "cuDNN's fused attention (bf16), through the cuDNN frontend on our own buffers"
+builds_on = 0  # starts afresh
 variant = "cudnn"  # promoted as the family's @cudnn entry: train --attention cudnn
 precision = "bf16"
 changed = "No kernel of ours: one call of cuDNN's scaled-dot-product attention graph (causal, bf16 in and out, fp32 softmax statistics) reading q, k and v where they sit in the packed qkv."

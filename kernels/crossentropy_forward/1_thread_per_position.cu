@@ -8,14 +8,11 @@ and dependent (the target first, then the probability), so the kernel is as fast
 latencies plus a launch. A target outside [0, V) gives a NaN loss rather than a read out of
 bounds.
 
-Could the second latency be shortened? The probability's address is known, up to the target,
-before the target arrives: its row's page. Tried on the H100 (2026-11-25, experiment copies
-beside this version, L2 flushed, three rounds): a prefetch of the row's first line, or of its
-middle, or a plain load of it, issued before the target's load, so that the page's translation is
-warm when the dependent load goes: 3.65-3.97 us against this version's 3.36-3.66, no faster. With
-V = 1024 (a probs array 50 times smaller, the same bytes moved) 3.36-3.52 us: translation costs
-little here; the time is the two dependent round trips and the launch, which a copy of the same
-bytes (one round trip) does not have: 0.72-0.79x the copy is this op's shape, not its kernel.
+Could the second latency be shortened? The probability's page is known before the target
+arrives, so its translation could be warmed first. It cannot (results/notes/crossentropy_forward.md:
+prefetches and plain loads of the row, and a vocabulary 50 times smaller, change nothing): the
+time is the two dependent round trips and the launch, which a copy of the same bytes (one round
+trip) does not have, so falling short of the copy is this op's shape, not its kernel's.
 """
 block_sizes = [32, 64, 128, 256, 512, 1024]
 

@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads and stores over the flattened tensor"
+builds_on = 1
 changed = "Each thread handles one float4 of the flattened (N*V) tensor; one division per float4 finds its row, then the four columns are walked with a wrap check. Streaming loads and stores."
 why = """
 The op is a stream: read probs, write dlogits, each once. A 16-byte load/store moves four times

@@ -1,5 +1,6 @@
 /*
 title = "bf16: eight values per 16-byte access over the flattened tensor"
+builds_on = 2
 precision = "bf16"
 changed = "probs and dlogits are bf16: each thread handles eight consecutive elements of the flattened (N*V) tensor with one 16-byte load and one 16-byte store, widened to float for (p - [v == target]) * dloss and rounded once to bf16. A row's target and dloss are loaded once per row the eight elements touch, not once per element."
 why = """

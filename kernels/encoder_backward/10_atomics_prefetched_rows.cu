@@ -1,5 +1,6 @@
 /*
 title = "Version 7 with each dwte chunk prefetched into L2 as soon as its token is known"
+builds_on = 7
 deterministic = false  # dwte: float atomics land in any order when tokens repeat (dwpe is fixed-order)
 changed = "Version 7's one pass (a thread owns (t, four channels), walks b, sums dwpe in registers, sends dwte one float4 reduction a row), plus one instruction a row: as soon as a thread's token ids have landed, and while its dout loads are still in flight, it asks L2 to fetch the dwte chunk its reduction will update (prefetch.global.L2::evict_last). Only widths that are a multiple of 4 (version 7 keeps the scalar path)."
 why = """
@@ -13,10 +14,8 @@ puts the dwte fetch in flight beside the dout loads, and the reduction, when it 
 line in L2. evict_last keeps the prefetched lines from being pushed out by the streaming dout
 reads before their reduction arrives. A prefetch holds no register and nobody waits for it.
 
-Tried on the H100 beside version 7, two runs of the family each (bench, 2026-11-24, copy of the
-81.8 MB: 33.4 and 34.0 us): version 7 35.8 and 35.1 us (0.93x, 0.97x); dout read with an
-evict-first policy and no L1 allocation 35.3 and 34.8 us; dout with __ldcs 34.5 and 35.0 us; this
-version 34.4 and 33.8 us (0.97x, 1.01x), the best of the four in both runs.
+Tried beside version 7 with other cache policies for dout; this one was the best of them
+(results/notes/encoder_backward.md).
 """
 preconditions = ["C % 4 == 0"]
 block_sizes = [128, 256, 512]

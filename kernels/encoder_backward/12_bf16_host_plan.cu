@@ -1,43 +1,33 @@
 /*
 title = "bf16, the plan made once on the host: no scan, and the rows of lone positions added by reductions in L2"
+builds_on = 11
 precision = "bf16"
 changed = "Versions 8 to 11 learn inside the kernel which positions share a token: every block scans all N ids before its first dwte update, and that scan and the round trips around it set their floor (~0.87x the copy, version 11's header). Here the host sorts the batch's ids once (references/encoder_backward.py: encoder_backward_plan, vectorised NumPy, ~1-3 ms for 8K-32K ids; llm.c's trainer does the same sort on its CPU) and the kernel is given, per position, its role: alone with its token, leader of a pair (with the partner's position), leader of a segment of a larger group (with the segment's record), or none of these. A thread owns (t, 8 channels) and walks b as version 8 does, summing dwpe in fp32 and rounding once. A lone position, 85% of them at the default sizes, adds its dout chunk into its dwte chunk with one 16-byte bf16x2 reduction (red.global.add.noftz.v4.bf16x2, sm_90): L2 does the read-add-write, one rounding, and no thread waits for the dwte row. A leader sums its group's rows in fp32 and rounds once; a group longer than 16 positions is split into segments whose fp32 partial sums the last segment to finish adds, in segment order."
 why = """
-Every dwte row has exactly one writer in the grid: its lone position (one reduction: the same
-single rounding as a load, add and store, so the tolerance holds, while bf16 atomics from several
-positions of one row, rounding at each, would not: family.toml), or its group's leader (a load,
-the sum, one store), or, for a group of more than 16 positions, the segment whose ticket is the
-last (it adds the segments' fp32 partial sums in the order of the segments). So the result is
-deterministic, with no scan and no coordination but the tickets of long groups.
+Versions 8 to 11 learn inside the kernel which positions share a token, and that scan with its
+round trips sets their floor. Here the host makes the plan once, and every dwte row has exactly
+one writer in the grid: its lone position (one reduction: the same single rounding as a load, add
+and store, so the tolerance holds, while bf16 atomics from several positions of one row, rounding
+at each, would not: family.toml), or its group's leader (a load, the sum, one store), or, for a
+group of more than 16 positions, the segment whose ticket is the last (it adds the segments' fp32
+partial sums in segment order). So the result is deterministic, with no scan and no coordination
+but the tickets of long groups.
 
 What a thread waits for: its ids and roles (4 bytes a position, one address a warp: a DRAM round
-trip) beside its dout chunks, then nothing for lone positions (the reduction goes to L2, which
-fetches the line from DRAM itself; the line is asked of L2 by a prefetch as soon as the id is in,
-as in version 10, so the reduction finds it there). A pair's leader loads its partner's dout chunk
-and the dwte chunk together (one round trip), then stores. A segment's leader reads its record
-(one round trip) and then the others' chunks and the dwte chunk.
+trip) beside its dout chunks, then nothing for lone positions (the reduction goes to L2, and the
+line was asked of L2 by a prefetch as soon as the id was in, as in version 10). A pair's leader
+loads its partner's dout chunk and the dwte chunk together (one round trip), then stores. A
+segment's leader reads its record (one round trip), then the others' chunks and the dwte chunk.
 
-The plan costs the kernel 4 bytes a position more than the family's byte count (the roles: 32 KB
-at the default sizes, 0.08% of the 40.9 MB) plus the records of groups of three or more (none at
-the default sizes but a few hundred bytes). In the trainer the plan of each micro-step is made
-while the GPU runs the step before and uploaded with the tokens.
+The plan costs the kernel 4 bytes a position more than the family's byte count (the roles) plus
+the records of groups of three or more. In the trainer the plan of each micro-step is made while
+the GPU runs the step before, and uploaded with the tokens. Registers decided the launch bounds:
+(256, 2), 128 registers and no spills; at 80 registers the spills around the leader's call cost
+more than anything else. Tickets: a long group's counters live in the plan (zeros as the host
+writes them); the last segment sets its counter back to zero, so a launch may be repeated with the
+same plan (the bench does). The partial sums go through a scratch of C floats per slot.
 
-Prediction: a copy's time, as version 10 (fp32, reductions, 0.98-1.0x): the scan gone, the one
-dependent round trip (ids, then the reductions' lines) hidden by the other warps' dout loads.
-
-Measured on the H100 (2026-11-25, bench encoder_backward, the family's default sizes, L2 flushed):
-the first form, launch bounds (384, 2), took 84 us: the leader's function took the dout chunks by
-reference, so all eight of every thread went through local memory. Passed by value: 36.7 and 36.6
-us, still with 38 bytes of spills around the call at 80 registers; the same with scalar bf16x2
-reductions 46.7-46.9, with lone rows loaded, added and stored instead of reduced 49.8 (75 at 80
-registers), without the prefetches 39-40. At launch bounds (256, 2), 128 registers and no spills:
-19.5 and 19.6 us against the copy's 19.8 and 19.9 (1.01x), version 8 26.5 and 26.7, version 11
-26.6 and 26.1 in the same runs.
-
-Tickets: a long group's counters live in the plan (zeros as the host writes them); the last
-segment sets its counter back to zero, so the plan is the same after the launch as before and a
-launch may be repeated with it (the bench does). The partial sums go through a scratch of C
-floats per slot (partial_slots(N) rows).
+The prediction and the measurements: results/notes/encoder_backward.md.
 """
 block_sizes = [128, 256]  # launch bounds (256, 2): 128 registers, no spills
 preconditions = ["C % 8 == 0"]  # 16-byte units

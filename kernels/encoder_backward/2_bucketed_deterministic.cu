@@ -1,5 +1,6 @@
 /*
 title = "Deterministic: bucket the positions by token, then sum each bucket in position order"
+builds_on = 1
 changed = "No float atomics: a counting sort groups the positions by token (in increasing position order), then one block per distinct token sums its dout rows in that fixed order and adds the total to dwte once; dwpe rows sum their B positions in order."
 why = """
 Version 1's atomics make the result depend on which colliding add lands first. Here every float
@@ -59,76 +60,11 @@ block = "block_size"
 args = ["dwte", "dwpe", "dout", "inp", "sorted", "starts", "counts", "B", "T", "C", "V"]
 */
 
-extern "C" __global__ void count_tokens(int* counts, int* arrival, const int* inp, int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    // Integer atomics: the counts are exact whatever the order; only `arrival` depends on it.
-    arrival[i] = (token >= 0 && token < V) ? atomicAdd(counts + token, 1) : -1;
-}
+#include "bucket_sort.cuh"  // count_tokens, scan_counts, scatter_positions, sort_position
 
-// Exclusive prefix sum over the block (blockDim.x a multiple of 32); *total gets the sum.
-__device__ int block_exclusive_scan(int x, int* total) {
-    __shared__ int warp_prefix[32];
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, warps = blockDim.x / 32;
-    int incl = x;
-    for (int o = 1; o < 32; o *= 2) {
-        int y = __shfl_up_sync(0xffffffff, incl, o);
-        if (lane >= o) incl += y;
-    }
-    if (lane == 31) warp_prefix[wid] = incl;
-    __syncthreads();
-    if (wid == 0) {
-        int w = lane < warps ? warp_prefix[lane] : 0;
-        int wincl = w;
-        for (int o = 1; o < 32; o *= 2) {
-            int y = __shfl_up_sync(0xffffffff, wincl, o);
-            if (lane >= o) wincl += y;
-        }
-        if (lane < warps) warp_prefix[lane] = wincl - w;
-        if (lane == 31) *total = wincl;
-    }
-    __syncthreads();
-    return warp_prefix[wid] + incl - x;
-}
-
-// One block: each thread owns a contiguous chunk of the V counts (its loads are independent, so
-// they are all in flight at once), the block scans the chunk totals, each thread writes its chunk.
-extern "C" __global__ void scan_counts(int* starts, const int* counts, int V) {
-    __shared__ int total;
-    int chunk = (V + blockDim.x - 1) / blockDim.x;
-    int lo = min((int)threadIdx.x * chunk, V), hi = min(lo + chunk, V);
-    int sum = 0;
-    for (int j = lo; j < hi; j++) sum += counts[j];
-    int run = block_exclusive_scan(sum, &total);
-    for (int j = lo; j < hi; j++) {
-        starts[j] = run;
-        run += counts[j];
-    }
-    if (threadIdx.x == 0) starts[V] = total;
-}
-
-extern "C" __global__ void scatter_positions(int* unsorted, const int* starts, const int* arrival,
-                                             const int* inp, int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    if (token < 0 || token >= V) return;
-    unsorted[starts[token] + arrival[i]] = i;
-}
-
-// A position's rank in its bucket is how many of the bucket's positions are smaller: writing it
-// there sorts every bucket by position, whatever order the atomics gave.
 extern "C" __global__ void sort_buckets(int* sorted, const int* unsorted, const int* starts,
                                         const int* counts, const int* inp, int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    if (token < 0 || token >= V) return;
-    const int* bucket = unsorted + starts[token];
-    int k = counts[token], rank = 0;
-    for (int j = 0; j < k; j++) rank += bucket[j] < i;
-    sorted[starts[token] + rank] = i;
+    sort_position<false>(sorted, nullptr, unsorted, starts, counts, inp, N, V);
 }
 
 // Blocks 0..N-1: bucket slots (only a bucket's first slot does work); blocks N..N+T-1: dwpe rows.

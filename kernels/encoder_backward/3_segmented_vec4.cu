@@ -1,5 +1,6 @@
 /*
 title = "Deterministic and balanced: fixed segments of the sorted positions, float4 channels"
+builds_on = 2
 changed = "The sort is version 2's (it also records each slot's token). The sums no longer follow buckets: the sorted slots are cut into fixed segments of 8; a block per segment sums each run of equal tokens in it with float4 loads, adding a bucket that lies inside the segment straight into dwte and parking the partial sums of buckets that cross a segment edge; a last kernel adds those partials in segment order."
 why = """
 In version 2 one block sums a whole bucket, serially per channel: a frequent token (in text,
@@ -64,73 +65,12 @@ block = "block_size"
 args = ["dwte", "partial", "sorted_token", "starts", "counts", "N", "C", "V", "8"]
 */
 
-extern "C" __global__ void count_tokens(int* counts, int* arrival, const int* inp, int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    arrival[i] = (token >= 0 && token < V) ? atomicAdd(counts + token, 1) : -1;
-}
-
-// Exclusive prefix sum over the block (blockDim.x a multiple of 32); *total gets the sum.
-__device__ int block_exclusive_scan(int x, int* total) {
-    __shared__ int warp_prefix[32];
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, warps = blockDim.x / 32;
-    int incl = x;
-    for (int o = 1; o < 32; o *= 2) {
-        int y = __shfl_up_sync(0xffffffff, incl, o);
-        if (lane >= o) incl += y;
-    }
-    if (lane == 31) warp_prefix[wid] = incl;
-    __syncthreads();
-    if (wid == 0) {
-        int w = lane < warps ? warp_prefix[lane] : 0;
-        int wincl = w;
-        for (int o = 1; o < 32; o *= 2) {
-            int y = __shfl_up_sync(0xffffffff, wincl, o);
-            if (lane >= o) wincl += y;
-        }
-        if (lane < warps) warp_prefix[lane] = wincl - w;
-        if (lane == 31) *total = wincl;
-    }
-    __syncthreads();
-    return warp_prefix[wid] + incl - x;
-}
-
-extern "C" __global__ void scan_counts(int* starts, const int* counts, int V) {
-    __shared__ int total;
-    int chunk = (V + blockDim.x - 1) / blockDim.x;
-    int lo = min((int)threadIdx.x * chunk, V), hi = min(lo + chunk, V);
-    int sum = 0;
-    for (int j = lo; j < hi; j++) sum += counts[j];
-    int run = block_exclusive_scan(sum, &total);
-    for (int j = lo; j < hi; j++) {
-        starts[j] = run;
-        run += counts[j];
-    }
-    if (threadIdx.x == 0) starts[V] = total;
-}
-
-extern "C" __global__ void scatter_positions(int* unsorted, const int* starts, const int* arrival,
-                                             const int* inp, int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    if (token < 0 || token >= V) return;
-    unsorted[starts[token] + arrival[i]] = i;
-}
+#include "bucket_sort.cuh"  // count_tokens, scan_counts, scatter_positions, sort_position
 
 extern "C" __global__ void sort_buckets(int* sorted, int* sorted_token, const int* unsorted,
                                         const int* starts, const int* counts, const int* inp,
                                         int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    if (token < 0 || token >= V) return;
-    const int* bucket = unsorted + starts[token];
-    int k = counts[token], rank = 0;
-    for (int j = 0; j < k; j++) rank += bucket[j] < i;
-    sorted[starts[token] + rank] = i;
-    sorted_token[starts[token] + rank] = token;  // saves the segment kernels a dependent load
+    sort_position<true>(sorted, sorted_token, unsorted, starts, counts, inp, N, V);
 }
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {

@@ -1,5 +1,6 @@
 /*
 title = "bf16 gradients, fp32 sums rounded once: version 3's segments, eight channels per access"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3 at bf16: dout, dwte and dwpe hold bf16. The sort is version 3's. Each thread sums its channels' dout rows in fp32 and adds the total to the widened gradient in fp32, rounding once when it stores the bf16 row; the partials of buckets that cross a segment edge stay fp32 in scratch. A segment's (at most 8) dout rows are all loaded before the first add. Channels move eight at a time (one 16-byte Pack8) when C % 8 == 0, one at a time otherwise."
 why = """
@@ -84,75 +85,13 @@ args = ["dwte", "partial", "sorted_token", "starts", "counts", "C", "V"]
 */
 #include "misc_bf16_vec.cuh"  // BfVec<VEC>, load_vec/store_vec (VEC = 8: one 16-byte access)
 
-// ---- The counting sort of version 3, unchanged: integers only, so exact in any order. ----
-
-extern "C" __global__ void count_tokens(int* counts, int* arrival, const int* inp, int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    arrival[i] = (token >= 0 && token < V) ? atomicAdd(counts + token, 1) : -1;
-}
-
-// Exclusive prefix sum over the block (blockDim.x a multiple of 32); *total gets the sum.
-__device__ int block_exclusive_scan(int x, int* total) {
-    __shared__ int warp_prefix[32];
-    int lane = threadIdx.x % 32, wid = threadIdx.x / 32, warps = blockDim.x / 32;
-    int incl = x;
-    for (int o = 1; o < 32; o *= 2) {
-        int y = __shfl_up_sync(0xffffffff, incl, o);
-        if (lane >= o) incl += y;
-    }
-    if (lane == 31) warp_prefix[wid] = incl;
-    __syncthreads();
-    if (wid == 0) {
-        int w = lane < warps ? warp_prefix[lane] : 0;
-        int wincl = w;
-        for (int o = 1; o < 32; o *= 2) {
-            int y = __shfl_up_sync(0xffffffff, wincl, o);
-            if (lane >= o) wincl += y;
-        }
-        if (lane < warps) warp_prefix[lane] = wincl - w;
-        if (lane == 31) *total = wincl;
-    }
-    __syncthreads();
-    return warp_prefix[wid] + incl - x;
-}
-
-extern "C" __global__ void scan_counts(int* starts, const int* counts, int V) {
-    __shared__ int total;
-    int chunk = (V + blockDim.x - 1) / blockDim.x;
-    int lo = min((int)threadIdx.x * chunk, V), hi = min(lo + chunk, V);
-    int sum = 0;
-    for (int j = lo; j < hi; j++) sum += counts[j];
-    int run = block_exclusive_scan(sum, &total);
-    for (int j = lo; j < hi; j++) {
-        starts[j] = run;
-        run += counts[j];
-    }
-    if (threadIdx.x == 0) starts[V] = total;
-}
-
-extern "C" __global__ void scatter_positions(int* unsorted, const int* starts, const int* arrival,
-                                             const int* inp, int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    if (token < 0 || token >= V) return;
-    unsorted[starts[token] + arrival[i]] = i;
-}
+// ---- The counting sort of version 3, unchanged (bucket_sort.cuh): integers only, so exact in any order. ----
+#include "bucket_sort.cuh"  // count_tokens, scan_counts, scatter_positions, sort_position
 
 extern "C" __global__ void sort_buckets(int* sorted, int* sorted_token, const int* unsorted,
                                         const int* starts, const int* counts, const int* inp,
                                         int N, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int token = inp[i];
-    if (token < 0 || token >= V) return;
-    const int* bucket = unsorted + starts[token];
-    int k = counts[token], rank = 0;
-    for (int j = 0; j < k; j++) rank += bucket[j] < i;
-    sorted[starts[token] + rank] = i;
-    sorted_token[starts[token] + rank] = token;
+    sort_position<true>(sorted, sorted_token, unsorted, starts, counts, inp, N, V);
 }
 
 // ---- The sums: VEC consecutive channels per thread (8: one Pack8; 1: one bf16), fp32 inside. ----

@@ -1,56 +1,30 @@
 /*
 title = "One launch, no sort: each block owns the tokens of one residue and groups their positions in shared memory"
+builds_on = 3
 changed = "Version 3's device-wide sort (a memset and four kernels before the sums, with scratch) is gone, and so is its combine kernel. Blocks 0..G-1 own the dwte rows: block g owns every token id v with v % G == g (G a power of two). Each reads all B*T token ids (int4 loads), keeps its own positions in ascending order (warp ballots and popcounts), counts them per token in shared memory, groups them with a stable counting sort in shared memory (__match_any_sync for the ranks) and sums each token's dout rows into its dwte row once, as 8 interleaved running sums. The blocks after the G token blocks sum dwpe's rows over b. One kernel, no scratch, float4 channels when C % 4 == 0."
 why = """
-Versions 2 and 3 sort the sources: every position is moved into the bucket of its token, which
-costs a memset and four kernels before any row is summed (one of them a scan of all V counts in
-a single block) and scratch; version 3 then needs a seventh launch to combine the segments.
-Here the destinations are partitioned instead: block g owns the dwte rows of the tokens v with
-v % G == g, so each row has exactly one writer, is read and written once, and needs no atomics.
-The price: every token block reads all B*T token ids (4 bytes a position, against 4*C bytes of
-a dout row; after the first reads they come from L2) and keeps only its own. The whole op is
-one launch.
+Versions 2 and 3 sort the sources: every position is moved into its token's bucket, which costs
+a memset and four kernels before any row is summed (one a scan of all V counts in a single block)
+and scratch; version 3 then needs a combine kernel. Here the destinations are partitioned instead:
+block g owns the dwte rows of the tokens v with v % G == g, so each row has exactly one writer, is
+read and written once and needs no atomics. The price: every token block reads all B*T ids (4
+bytes a position against 4*C bytes of a dout row; from L2 after the first) and keeps its own.
 
-Inside a block the kept positions are compacted in ascending order: each thread tests four ids
-(one int4 load), three ballots of the per-thread counts' bits give every thread the number kept
-by the lanes below it (popcounts), and one word per warp in shared memory gives the warps'
-offsets. A block owns at most 256 token ids (G is sized so that V / G <= 256), so a count per
-owned token fits in shared memory; a scan of the counts gives each token its group's start, and
-one warp places the positions 32 at a time, in order: __match_any_sync finds the lanes holding
-the same token, the popcount of those below a lane is its rank, so each group keeps ascending
-order (a stable counting sort, in shared memory, of a few dozen positions in the usual case).
+Inside a block the kept positions are compacted in ascending order (ballots and popcounts give
+each thread its offset); a block owns at most 256 token ids, so a count per owned token fits in
+shared memory; a scan of the counts gives each token its group's start, and one warp places the
+positions 32 at a time (__match_any_sync ranks the lanes holding the same token): a stable
+counting sort of a few dozen positions, in shared memory.
 
-Determinism comes not from the order blocks run in but from a fixed formula: a token's k rows,
-in ascending position, are dealt to 8 interleaved running sums (row j to sum j % 8), each summed
-from zero in order; the 8 sums are added in order and the total is added to the dwte row. The
-order is set by the data alone: no block size, SM count or shared-memory capacity enters it, so
-dwte has the same bits on every run, at every block size and on every GPU; dwpe's rows are
-summed over b in order. A token of at most 8 rows is summed by one warp straight through, which
-is what the formula reduces to when each running sum holds at most one row. The 8 running sums are also the load balance for frequent tokens
-(real text has tokens that fill several percent of a batch): a longer group becomes 8 pieces of
-work per 128 channels, spread over the block's warps, each with four loads in flight, and their
-partial rows are added through shared memory. All of one token's rows still go through one SM:
-without scratch or atomics no other block can take a share, so a token holding a large part of
-the batch makes its block the tail (version 3's segments split such a token across blocks, at
-the price of the sort). The same holds for the residues: which tokens a block owns is fixed, so
-blocks get unequal work even on uniform tokens, evened out only by many blocks per SM.
-
-Shared memory holds 1024 positions at once. When a block's positions do not fit (tiny
-vocabularies: V = 1 puts all of B*T in one block), it rescans the ids for windows of owned
-tokens whose positions fit, and a token with more than 1024 positions is streamed: its 8
-running sums are parked in shared memory while its positions are collected 1024 at a time, so
-the formula above, and its bits, are unchanged. dout is read twice, by the token blocks and by
-the dwpe blocks, as in versions 2 and 3; its rows may still be in L2 for the second reader. The
-dwpe blocks come last in the grid: equal, small pieces of work, they fill the SMs as the
-unequal token blocks finish. Registers are capped at 64 (launch bounds), so that at least 1024
-threads an SM stay resident to keep loads in flight.
-
-The code of all this is kernels/common/token_partition.cuh, shared with version 6 (bf16): this
-file keeps only what is fp32, how a row's float4 (or float) is loaded, added and stored.
-
-Measured on the H100 (bench --all, B=8 T=1024 C=768 V=50257, uniform random tokens, best
-block size 256): 47.4 µs, against version 3's 127.7 µs (the fastest deterministic version
-before it) and version 1's atomics at 40.7 µs; a copy of the same bytes takes 33.8 µs.
+Determinism comes from a fixed formula, not from the order blocks run in: a token's k rows, in
+ascending position, are dealt to 8 interleaved running sums (row j to sum j % 8), the 8 added in
+order, the total added to the dwte row. No block size, SM count or shared-memory capacity enters
+it, so dwte has the same bits on every run and GPU. The 8 sums also spread a frequent token over
+the block's warps, but all of one token's rows go through one SM: a token holding a large share of
+the batch makes its block the tail. Shared memory holds 1024 positions at once; more are streamed
+with the running sums parked, the formula unchanged. dout is read twice (token blocks, then the
+dwpe blocks, last in the grid). The code is kernels/encoder_backward/token_partition.cuh, shared
+with version 6 (bf16): this file keeps what is fp32. The numbers: results/notes/encoder_backward.md.
 """
 preconditions = ["N <= 2**30"]  # the scan of the ids counts positions in int, with a block of headroom
 block_sizes = [64, 128, 256, 512]

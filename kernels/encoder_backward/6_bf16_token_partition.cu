@@ -1,37 +1,29 @@
 /*
 title = "bf16, one launch, no sort: version 5's token partition with fp32 sums rounded once"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5 at bf16: dout, dwte and dwpe hold bf16 (the token ids stay int32). The partition, the compaction and the counting sort in shared memory are version 5's, unchanged (integers only). Every sum is fp32: a token's 8 running sums and their partial rows in shared memory, and dwpe's sum over b; each total is added to the widened gradient in fp32 and rounded once, when the bf16 row is stored. Channels move eight at a time (one 16-byte Pack8) when C % 8 == 0, one at a time otherwise."
 why = """
 Version 4 reached its sums through version 3's device-wide sort: seven launches, with a scan
 over all V counts in a single block and scratch buffers. This version does the same fixed-order
 sums in one launch without scratch: block g owns the dwte rows of the tokens v with v % G == g,
-finds its positions by reading all B*T token ids (4 bytes a position, from L2 after the first
-blocks, against 2*C bytes of its dout row), and groups them in shared memory with a stable
-counting sort (version 5 tells how). Each dwte row has one writer, and is read and written once.
+finds its positions by reading all B*T token ids, and groups them in shared memory with a stable
+counting sort (version 5 tells how). Each dwte row has one writer, read and written once.
 
 The precision rule is version 4's: a dwte row can collect hundreds of dout rows, and rounding
 after each (a bf16 running sum, or bf16 atomics) would drift by ~sqrt(k) roundings of a sum of
 size ~sqrt(k), far past the bf16 tolerance. Here nothing bf16 is ever added to: a token's rows,
 widened, go to 8 interleaved fp32 running sums (row j to sum j % 8, each in position order),
 the 8 are added in order in fp32, and the total meets the widened gradient in fp32; the one
-rounding is the store. The order is set by the data alone (not the block size, the SM count,
-nor whether the token's positions fit in shared memory at once: a token with more than 1024
-positions is streamed with its fp32 running sums parked in shared memory), so the bf16 bits are
-the same on every run and at every block size. The 8 running sums make a frequent token's rows
-8 pieces of work per 256 channels, spread over the block's warps; all of them still go through
-one SM (version 4's segments split such a token across blocks, at the price of the sort and its
-launches).
+rounding is the store. The order is set by the data alone, so the bf16 bits are the same on every
+run and at every block size. All of a frequent token's rows still go through one SM (version 4's
+segments split such a token across blocks, at the price of the sort and its launches).
 
 Half the bytes of version 5 for dout and the rows it updates, the same number of accesses per
-byte: a warp's Pack8 load moves 512 bytes. Widths that are not a multiple of 8 take the same
-kernel with one channel per thread (2-byte accesses: correct, for the odd sizes). The code is
-version 5's, in kernels/common/token_partition.cuh: this file keeps only the bf16 rows (a Pack8
-or one bf16 loaded and widened, and the gradient row stored with its one rounding).
+byte. Widths that are not a multiple of 8 take the same kernel one channel per thread. The code is
+version 5's, in kernels/encoder_backward/token_partition.cuh: this file keeps only the bf16 rows.
 
-Measured on the H100 (bench --all, B=8 T=1024 C=768 V=50257, uniform random tokens, best
-block size 256): 30.4 µs, against version 4's 113.9 µs (whose single-block scan over V alone
-took 89 µs under Nsight Compute); a copy of the same bytes takes 20.0 µs.
+Measurements: results/notes/encoder_backward.md.
 """
 block_sizes = [64, 128, 256, 512]
 preconditions = ["N <= 2**30"]  # the scan of the ids counts positions in int, with a block of headroom

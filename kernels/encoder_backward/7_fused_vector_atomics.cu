@@ -1,44 +1,30 @@
 /*
 title = "One pass over dout: a thread sums dwpe's B rows itself and sends dwte four floats per atomic"
+builds_on = 1
 deterministic = false  # dwte: float atomics land in any order when tokens repeat (dwpe is fixed-order)
 changed = "Version 1's element threads become (t, four channels) threads that walk b: each reads the B float4 of dout at (b, t, c..c+3) once, adds them into a register sum in order of b and, once, into dwpe's float4 (no atomics: it is that chunk's only writer), and sends each to its token's dwte row with one vector atomic (atomicAdd on float4: a 16-byte reduction in L2 on sm_90; four scalar atomics on older GPUs). Rows of one thread that share a token are added in registers first and sent as one atomic. dwpe is now deterministic; dwte still takes atomics."
 why = """
-Version 1 (40.7 µs at B=8 T=1024 C=768 V=50257, uniform random tokens, against 33.8 µs for a
-copy of the same 81.8 MB) sends 2 * N * C = 12.6 million scalar atomics to L2: half to dwte,
-half to dwpe, where the B positions of a time step collide on every element. Version 5 (47.4
-µs) has no atomics but pays for its token partition: each of 512 blocks reads all 8192 ids and
-sorts before its first dout load, and dout is read twice (token blocks, then dwpe blocks).
+Version 1 sends 2 * N * C scalar atomics to L2: half to dwte, half to dwpe, where the B positions
+of a time step collide on every element. Version 5 has no atomics but pays for its token
+partition (every block reads all ids and sorts before its first dout load, and dout is read
+twice).
 
-Here dwpe needs no atomics at all: the thread that owns dwpe's (t, c..c+3) is the one that
-reads the B dout chunks at t, so it sums them in registers (in order of b: deterministic) and
-does one 16-byte read-modify-write of dwpe. That removes half the atomics and all their
-collisions. dwte keeps atomics, but vector ones: sm_90 reduces a float4 in L2 in one operation
-(atomicAdd(float4*, float4), compiled to REDG.E.ADD.F32x4 since the result is unused): N * C / 4
-= 1.6 million reductions of 16 bytes instead of 6.3 million of 4, a warp's instruction covering
-512 contiguous bytes of a dwte row. Before sending, a thread adds together its rows that share a
-token (28 integer compares): nothing at uniform tokens, but fewer atomics for frequent tokens, and
-shorter chains of fp32 additions in arbitrary order, which matters for the tolerance when a row
-collects hundreds of rows (V = 2, B=8 T=64: without it one of the emulator's orders put an
-element at 1.2x the tolerance; with it, the worst of 48 orders is at 0.74x, version 1's 0.73x). The sm_80 build gets four scalar atomics instead of
-the vector one, with the same one-pass structure.
+Here dwpe needs no atomics at all: the thread that owns dwpe's (t, c..c+3) is the one that reads
+the B dout chunks at t, so it sums them in registers (in order of b: deterministic) and does one
+16-byte read-modify-write of dwpe. That removes half the atomics and all their collisions. dwte
+keeps atomics, but vector ones: sm_90 reduces a float4 in L2 in one operation (atomicAdd(float4*,
+float4), compiled to REDG.E.ADD.F32x4 since the result is unused): a quarter as many reductions,
+a warp's instruction covering 512 contiguous bytes of a dwte row. Before sending, a thread adds
+together its rows that share a token: fewer atomics for frequent tokens, and shorter chains of
+fp32 additions in arbitrary order, which keeps a row collecting hundreds of rows within the
+tolerance. The sm_80 build gets four scalar atomics instead of the vector one.
 
-Bytes: dout read once (25.2 MB, 16-byte loads), the touched dwte rows read by L2 for the
-reductions and written back (25.2 + 25.2 MB as the family counts them), dwpe read and written
-once (3.1 + 3.1 MB), the ids (32 KB): the family's 81.8 MB, 53.5 MB of it reads, which cost less
-than writes, so the copy's speed is reachable. Little's law: a thread issues its dwpe load and
-its eight dout loads (B = 8; eight b a group for larger B) before using any, 144 bytes in flight.
-The eight float4 and their ids take 60-64 registers (capped at 64 by the launch bounds; fewer
-spill), so 1024 threads an SM: ~150 KB in flight per SM, against the ~25 KB it needs; the 768
-blocks of 256 run in about 1.5 waves of short-lived blocks. The reductions are fire and forget:
-no thread waits for them. What remains unknown is L2's reduction rate on lines it must first
-fetch from DRAM (every dwte row is cold: L2 is flushed before each launch); version 1 shows it
-keeps up with 12.6 million scalar atomics in 40.7 µs, and this sends an eighth as many operations.
+dout is read once with 16-byte loads, a thread's dwpe load and its eight dout loads all issued
+before any is used; 64 registers (the launch bounds) keep 1024 threads an SM, several times the
+bytes in flight Little's law asks for. The reductions are fire and forget: no thread waits for
+them. Widths that are not a multiple of 4 take the same kernel one channel a thread.
 
-Predicted: 34-36 µs at B=8 T=1024 C=768 (the copy: 33.8 µs; the goal, 0.95 of its speed, is
-35.6 µs). Widths that are not a multiple of 4 take the same kernel one channel a thread with
-scalar atomics (correct, for the odd test sizes).
-
-Measured on the H100 (bench --all, three runs of 2026-11-24): 35.4-36.4 us against the copy's 33.3-33.7 us (0.92-0.95x); version 1 39.8-40.2 us.
+The byte counts, the prediction and the measurements: results/notes/encoder_backward.md.
 """
 block_sizes = [128, 256, 512]
 

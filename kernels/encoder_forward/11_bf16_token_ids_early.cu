@@ -1,24 +1,16 @@
 /*
 title = "bf16: version 10's two changes on version 5 (ids asked of L2 at the start, wpe before the token)"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5's grid of Pack8 threads with version 10's changes: block 0 asks L2 for all of inp with one bulk prefetch, and each thread loads its wpe Pack8 before its token, so only the wte load waits for the token (an L2 hit for every block after the first wave)."
 why = """
 Version 10 measures where the gather's time goes (the token's round trip, more than the rows'
 pattern) and explains both changes. At bf16 the op moves half the bytes in the same number of
-threads' round trips, so the token's share of the time is larger: tried beside version 5 in two
-runs of the family (bench encoder_forward, experiment copies, H100, 2026-11-24) 15.0 and 15.0 us
-against version 5's 15.3 and 15.2 and version 7's 15.0 and 15.2, with the copy of the same 28.1
-MB at 14.3 us. Prediction: ~15.0 us, 0.95x the copy. Version 7 (persistent warps, the next row's
-token loaded a row ahead) gets there by reshaping the grid; this one keeps version 5's shape.
+threads' round trips, so the token's share of the time is larger. Version 7 (persistent warps,
+the next row's token loaded a row ahead) gets about as far by reshaping the grid; this one keeps
+version 5's shape.
 
-Measured on the H100 (2026-11-24, commit 7c8eef7): bench --all 14.9 us against the copy's 14.4 us
-(0.97x), versions 5 and 7 15.2 us each in the same run; interleaved (block 256, twice each,
-results/h100-encoder-forward-interleaved-2026-11-24.txt) 15.2 and 15.0 us against version 5's
-15.3 and 15.3 and version 7's 15.2 and 15.2, 0.92-0.94x the copy timed beside each. Three more
-runs of the family: 14.9, 15.1 and 15.1 us (0.93-0.95x), version 5 15.3, 15.3 and 15.1.
-
-Warming wte's pages before the gathers (as in version 10's header, 2026-11-25): 14.85-14.91 and
-15.04-15.17 us (2 MB and 64 KB pages) against this version's 14.75-14.91 beside them: no gain.
+The prediction and the measurements: results/notes/encoder_forward.md.
 """
 preconditions = ["C % 8 == 0"]
 block_sizes = [64, 128, 256, 512, 1024]

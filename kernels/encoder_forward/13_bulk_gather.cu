@@ -1,32 +1,22 @@
 /*
 title = "Rows gathered by the TMA unit: a ring of tiles in shared memory, S - 1 tiles in flight a block"
+builds_on = 12
 changed = "Version 12's threads no longer load the rows they add. A block owns tiles of R consecutive positions and keeps S of them in flight in shared memory; lane r of warp 0 loads position r's token and issues one bulk copy of its whole wte row and one of its wpe row (cp.async.bulk, completing on the stage's mbarrier); every thread waits for the tile, adds 16 bytes at a time from shared memory and stores with streaming stores; after a barrier the stage is refilled with the tile S further on, whose tokens were loaded before the adds."
 why = """
-Measured: it is not faster. The prediction was that with the gather handed to the TMA unit the
-bytes in flight are bounded by shared memory instead of registers (three tiles of 24 KB of wte
-rows a block at C = 768, one block an SM), and a tile's token round trip is paid while the tiles
-before it are added, so the adds would stream at the copy's rate.
+The idea: hand the gather to the TMA unit, so that the bytes in flight are bounded by shared
+memory instead of registers (three tiles of 24 KB of wte rows a block at C = 768, one block an
+SM), and a tile's token round trip is paid while the tiles before it are added, so the adds would
+stream at the copy's rate.
 
-H100 (2026-11-25, bench encoder_forward, L2 flushed, best block size; six runs,
-results/h100-encoder-forward-bulk-2026-11-25.txt): 28.7-28.9 us against version 12's 25.2-25.8
-in the same runs, 0.83x the copy (version 12 0.94-0.96x). Variants beside it: 12 KB tiles and two
-blocks an SM 28.6-29.2 us, three stages 28.0-28.7, 6 KB tiles and three blocks an SM 29.7-29.8,
-eight stages of 12 KB 30.9-31.3; wpe read from global memory by the adds instead of copied into
-the stage (version 14 at bf16 does that) 30.2-30.4 (four stages, two blocks an SM) and 33.6-34.2
-(eight stages). ncu (no flush): DRAM throughput 48% against version 12's 57%, a quarter of the
-SM's warps resident, and half of every warp's stall cycles (7.4 of 15 per instruction) spent at
-the per-tile __syncthreads: the block moves in lockstep with its slowest warp and its next
-stage's copies, where version 12's 2048 independent threads an SM each wait only for their own
-row.
+Measured: it is not faster than version 12. ncu shows less of DRAM's throughput, a quarter of the
+SM's warps resident, and half of every warp's stall cycles at the per-tile __syncthreads: the
+block moves in lockstep with its slowest warp and its next stage's copies, where version 12's
+2048 independent threads an SM each wait only for their own row. A warp-specialised ring (warp 0
+filling stages, the others adding, no __syncthreads in the loop) was tried after and not kept: the
+barrier was where the warps waited, not why. Gathering 3 KB rows through the TMA unit, with one
+block's few warps to add them, does not beat 2048 threads an SM each asking for its own 16 bytes.
 
-Tried after (not kept; the file stayed as it was): a warp-specialised ring, warp 0 only filling
-stages and the other warps only adding, each adding warp arriving on its stage's "empty" mbarrier
-for warp 0 to wait on, no __syncthreads in the loop. 28.2-28.4 us with the wpe rows in the stages
-(24 KB tiles, four stages, or 12 KB and eight), 30.7-31.1 with wpe read by the adds; at bf16
-17.6-18.2 us against version 14's 17.1-17.5. The barrier was where the warps waited, not why:
-without it they wait on the stages' copies instead. Gathering 3 KB rows through the TMA unit,
-with one block's few warps to add them, does not beat 2048 threads an SM each asking for its own
-16 bytes.
+The measurements and the variants: results/notes/encoder_forward.md.
 """
 preconditions = ["C % 4 == 0", "C <= 6144"]  # whole 16-byte rows; a stage's rows fit shared memory
 block_sizes = [128, 256, 512, 1024]

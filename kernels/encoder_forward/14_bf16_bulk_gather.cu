@@ -1,17 +1,16 @@
 /*
 title = "Version 13 at bf16: a ring of bulk-copied wte rows, wpe read by the adds"
+builds_on = 13
 precision = "bf16"
 changed = "Version 11's Pack8 threads replaced by version 13's ring: tiles of R positions (about 12 KB of bf16 wte rows), four stages, only the wte rows copied whole by the TMA unit; the adds read 16 bytes of the tile with one shared load and the wpe row's 16 bytes from global memory, add eight bf16 in fp32 and round once."
 why = """
 Measured: slower than version 11, as version 13 is slower than version 12. A row is 1.5 KB at
-C = 768: a tile of 8 positions is 12 KB of wte rows. H100 (2026-11-25, bench
-encoder_forward, L2 flushed, best block size; results/h100-encoder-forward-bulk-2026-11-25.txt):
-first with 16-position tiles, wpe rows copied into the stages too and the adds loading Pack8 (eight 2-byte shared
-loads a unit: ncu counted 74% of the shared wavefronts excess) 21.8-22.1 us, 0.65-0.68x the copy;
-with 16-byte shared loads 19.0 us (0.74-0.75x); with the wpe rows read from global memory by the
-adds (this file: WPE false, four stages of 12 KB, two blocks an SM) 17.5-17.8 us, 0.79-0.81x,
-against version 11's 15.0-15.1 us (0.94-0.95x) in the same runs. ncu: the same per-tile barrier
-stalls as version 13, DRAM throughput 28-29%.
+C = 768: a tile of 8 positions is 12 KB of wte rows. This file reads the wpe rows from global
+memory in the adds (WPE false, four stages of 12 KB, two blocks an SM), the best of the forms
+tried; the adds read the tile with 16-byte shared loads (Pack8's 2-byte shared loads wasted most
+of the shared wavefronts). ncu shows version 13's per-tile barrier stalls.
+
+The measurements and the forms tried: results/notes/encoder_forward.md.
 """
 preconditions = ["C % 8 == 0", "C <= 24576"]  # whole 16-byte rows; a stage's rows fit shared memory
 block_sizes = [128, 256, 512, 1024]

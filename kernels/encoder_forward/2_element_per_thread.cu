@@ -1,5 +1,6 @@
 /*
 title = "One thread per output element"
+builds_on = 1
 changed = "B*T*C threads, one per output float, instead of B*T threads each looping over C."
 why = """
 Consecutive threads now own consecutive channels of the same row, so a warp's 32 loads from wte,

@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads and stores, streaming output"
+builds_on = 2
 changed = "Each thread moves 4 consecutive channels with float4 loads and stores; out is written with a streaming (evict-first) store."
 why = """
 Version 2 issues one 4-byte load per input and one 4-byte store per output element. A float4

@@ -1,5 +1,6 @@
 /*
 title = "bf16 tables and output, one thread per element"
+builds_on = 2
 precision = "bf16"
 changed = "Version 2 at bf16: wte, wpe and out hold bf16. Each thread widens its two table values to fp32, adds them there and rounds the sum once to bf16; the token ids stay int32."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16: eight channels per 16-byte access, streaming output"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3's 128-bit accesses at bf16: each thread moves 8 consecutive channels (a Pack8 of wte, one of wpe, one of out) instead of 4 floats, adding them in fp32 and rounding once; out is written with a streaming store."
 why = """

@@ -1,32 +1,26 @@
 /*
 title = "A warp per row, one resident wave, the next row's token loaded a row ahead"
+builds_on = 3
 changed = "Version 3's float4 gather reorganized: each warp owns whole rows (6 float4 of wte and 6 of wpe per lane at C = 768, all issued before the first add), the grid is one resident wave of warps looping over rows, each warp loads the token of its next row while it moves the current one, and the wpe loads are issued before the wait on the token."
 why = """
-At 8x1024x768 the op moves 53.5 MB: 25.2 MB of gathered wte rows, 3.1 MB of wpe (read from
-DRAM once, then L2 hits for the other sequences), 25.2 MB of out, 32 KB of tokens. Version 3
-takes 26.0 us against 24.2 us for a copy of the same bytes (0.93x). Its thread has one float4 to
-move, and two dependent round trips to do it: the token, then (behind a branch on the token)
-the wte and wpe loads. While a block waits for its tokens it has nothing in flight, 6144 blocks
-run in 5.8 waves of short lives, and at the start and at the end of the kernel DRAM idles for
-one token latency (~1 us) with every thread waiting on a 4-byte load.
-Here a warp moves a whole row: at C = 768 each lane issues 6 wpe and 6 wte float4 loads (6 KB
-a warp, 192 KB an SM at 32 resident warps) before it adds anything, so each warp keeps DRAM
-busy for its whole life. The grid is one wave (SMS x 1024 threads; __launch_bounds__ hold the
-registers to 64 so all of it is resident), each warp looping over rows with a stride of the
-grid's warps: no block turnover, no partial last wave (at 8192 rows, 3968 of the 4224 warps
-move two rows, the rest one). The token of the warp's next row is
-loaded at the top of the current one, so it has landed long before it is needed: the only
-dependent round trip left is the first row's, and it is covered by that row's wpe loads,
-issued first: no branch on the token precedes them (a token outside the vocabulary is a select
-that loads no wte row and writes NaN). All lanes of a warp read the same token
-address: one transaction, broadcast. wte rows are read once (evict-first, __ldcs); out is
-written once (__stcs); wpe keeps the default policy, as the B sequences share its rows. The
-loads are zero-filled selects, not `if`s: with branches ptxas wanted 78 registers and spilled
-under the bounds; as selects it fits in 64 on sm_80 and sm_90 without spills.
-Prediction: ~24.5 us, about the copy (the op writes 6% fewer bytes than the copy does and its
-first token round trip is hidden), from 26.0.
+Version 3's thread has one float4 to move, and two dependent round trips to do it: the token,
+then (behind a branch on the token) the wte and wpe loads. While a block waits for its tokens it
+has nothing in flight, its many short blocks run in several waves, and at the start and the end of
+the kernel DRAM idles for one token latency with every thread waiting on a 4-byte load.
 
-Measured on the H100 (bench --all, three runs of 2026-11-24): 27.1-27.4 us against the copy's 24.0-24.2 us (0.88-0.89x): slower than version 3 (25.9-26.3 us), against the prediction.
+Here a warp moves a whole row: at C = 768 each lane issues 6 wpe and 6 wte float4 loads before it
+adds anything, so each warp keeps DRAM busy for its whole life. The grid is one wave (SMS x 1024
+threads; the launch bounds hold the registers to 64 so all of it is resident), each warp looping
+over rows with a stride of the grid's warps: no block turnover, no partial last wave. The token of
+the warp's next row is loaded at the top of the current one, so the only dependent round trip left
+is the first row's, covered by that row's wpe loads, issued first: no branch on the token precedes
+them (a token outside the vocabulary is a select that loads no wte row and writes NaN). All lanes
+read the same token address: one broadcast. wte rows are read once (__ldcs), out written once
+(__stcs), wpe keeps the default policy (the B sequences share its rows). The loads are zero-filled
+selects, not ifs: with branches ptxas wanted 78 registers and spilled under the bounds.
+
+It came out slower than version 3; version 8's header says why. The byte counts, the prediction
+and the measurements: results/notes/encoder_forward.md.
 """
 # float4 rows need C % 4 == 0 (16-byte aligned rows of cudaMalloc'd buffers); no upper bound on
 # C: a row wider than 768 floats is walked in chunks of 32 lanes x 6 float4.

@@ -1,31 +1,26 @@
 /*
 title = "bf16: a warp per pair of rows sharing a wpe row, one resident wave, tokens loaded a pass ahead"
+builds_on = 6
 precision = "bf16"
 changed = "Version 6's organization at bf16: each warp moves two whole rows per pass, the same position t of sequences b and b + 1, so the two rows add the same wpe row (at C = 768: 3 wpe and 6 wte 16-byte loads per lane, all issued before the first add); the grid is one resident wave of warps looping over pairs; the next pair's tokens are loaded a pass ahead; the wpe loads are issued before the wait on the tokens; packs sit in registers as four 32-bit words (stream_vec.cuh), not as Pack8's eight 16-bit halves."
 why = """
-At 8x1024x768 the op moves 26.8 MB: 12.6 MB of gathered wte rows, 1.6 MB of wpe (from DRAM once,
-then L2 hits), 12.6 MB of out, 32 KB of tokens. Version 5 takes 15.2-15.5 us against 14.3-14.5
-for a copy of the same bytes (0.93-0.95x), for version 3's reasons (see version 6): one 16-byte
-pack a thread behind a dependent token load, 3072 blocks in 2.9 waves of short lives, nothing in
-flight while a block waits for its tokens, and DRAM idle for one token latency at the start.
-A warp owns rows. At bf16 one row of 768 is only 1.5 KB of wte a warp, 48 KB an SM at 32
-resident warps: about what Little's law asks for (3 TB/s x ~2 us of loaded latency / 132 SMs =
-~45 KB), with no margin. So a pass moves two rows, and picks them to share their wpe row: (b, t)
-and (b + 1, t). Each lane issues 3 wpe and 6 wte loads before the first add (3 KB of wte a
-warp from DRAM, 96 KB an SM, version 6's fp32 margin), and wpe's L2 reads halve. The grid is
-one wave (SMS x 1024 threads; the launch bounds hold the registers to 64): at 8x1024 there are
-4096 pairs for 4224 resident warps, so every warp moves exactly one pair, all of the input is
-requested at once and there is no partial last wave. Larger B loops over pairs, with the next
-pair's two tokens loaded at the top of the current pass (landed long before they are needed):
-only the first pass waits on its tokens, and that wait overlaps its wpe loads, which need none
-and are issued first (no branch on a token precedes them: a bad token is a select, NaN out).
-Registers decided the shape: as Pack8 (an array of 16-bit values) ptxas split each loaded pack
-into halves and needed 108 registers for 12 packs; as int4 words (stream_vec.cuh) 62, no spills.
-Each value is one fp32 add of two widened bf16 and one rounding, as in version 5. wte and out
-are touched once (__ldcs/__stcs); wpe keeps the default policy (the sequences share its rows).
-Prediction: ~14.6 us, within 2% of the copy, from 15.2-15.5.
+Version 5 falls short of a copy for version 3's reasons (see version 6): one 16-byte pack a thread
+behind a dependent token load, short blocks in several waves, nothing in flight while a block
+waits for its tokens, DRAM idle for one token latency at the start.
+A warp owns rows. At bf16 one row of 768 is only 1.5 KB of wte a warp, 48 KB an SM at 32 resident
+warps: about what Little's law asks for (3 TB/s x ~2 us of loaded latency / 132 SMs = ~45 KB),
+with no margin. So a pass moves two rows, picked to share their wpe row: (b, t) and (b + 1, t).
+Each lane issues 3 wpe and 6 wte loads before the first add (version 6's fp32 margin), and wpe's
+L2 reads halve. The grid is one wave (SMS x 1024 threads; the launch bounds hold the registers to
+64): at 8x1024 every warp moves exactly one pair and all of the input is requested at once. Larger
+B loops over pairs, with the next pair's two tokens loaded at the top of the current pass: only
+the first pass waits on its tokens, and that wait overlaps its wpe loads, issued first (a bad
+token is a select, NaN out). Registers decided the shape: as Pack8 (16-bit values) ptxas needed
+108 registers for 12 packs; as int4 words (stream_vec.cuh) 62, no spills. Each value is one fp32
+add of two widened bf16 and one rounding, as in version 5. wte and out are touched once
+(__ldcs/__stcs); wpe keeps the default policy.
 
-Measured on the H100 (bench --all, three runs of 2026-11-24): 14.9-15.3 us against the copy's 14.3-14.5 us (0.94-0.97x); version 5 15.1-15.3 us.
+The byte counts, the prediction and the measurements: results/notes/encoder_forward.md.
 """
 # Pack8 rows need C % 8 == 0 (16-byte aligned rows of cudaMalloc'd buffers); no upper bound on
 # C: a row wider than 768 values is walked in chunks of 32 lanes x 3 packs.

@@ -1,49 +1,29 @@
 /*
 title = "A thread per float4 column of a position, for eight sequences at once"
+builds_on = 3
 changed = "Version 3's massive grid of float4 threads, each thread now moving the same float4 column of position t for eight sequences: it loads its eight tokens and its wpe float4 first, with no branch between them, then eight wte float4 (all in flight together), and writes eight outputs; wpe is read once per eight rows, and the group's size is a compile-time constant in every path (a switch), so no load or store is predicated."
 why = """
-At 8x1024x768 the op moves 53.5 MB: 25.2 MB of gathered wte rows, 3.1 MB of wpe, 25.2 MB of out,
-32 KB of tokens. A copy of that many bytes takes 24.2 us; version 3 takes 25.9 us (0.935x) and
-version 6, built to beat it, 27.0 us. Why the plain grid wins:
-* version 6 reads wte evict-first (__ldcs). 8192 tokens drawn from 50257 hold ~7560 distinct
-  rows: 7.7% of the gathered rows (1.9 MB, ~0.7 us of DRAM) repeat, and with the default policy
-  (version 3's __ldg; out is the evict-first stream) they are likely still in L2.
-* a persistent warp cannot request its next row until the current row's loads land (they are
-  its registers), and every warp started at once: the two passes run nearly in lockstep and the
-  bytes in flight swing between all and none; its 64 registers also cap an SM at 1024 threads.
-  Version 3's 6144 short blocks are replaced as they finish, so their phases spread out.
-What version 3 still loses (~1.7 us): a thread has one 16-byte wte load in flight and only after
-its token lands (2048 threads x 16 B = 32 KB an SM at best, about half of its life waiting on the
-token with nothing in flight), and every load, wpe included, sits behind the branch on the token:
-for the first ~1 us (one DRAM round trip for 4-byte tokens) DRAM moves almost nothing, where a
-copy is streaming from its first cycle. And each wpe row is read 8 times (from L2 after the first).
-Here a thread owns one float4 column c4 of one position t for a group of G = 8 sequences
-(B = 8: one group; larger B: groups of the same t are neighbours in the grid, so wpe's later
-reads hit L2). It issues its 8 token loads and its wpe load back to back (no wait between them:
-tokens of a group past B are clamped to row B - 1, read and unused), then the 8 wte float4 (each
-waits only for its own token), then 8 streaming stores. Consecutive threads take consecutive
-float4 of a row: every load and store of a warp is 512 contiguous bytes (a token load is one
-broadcast address). So:
-* the start is covered: the first wave's wpe loads (168960 threads x 16 B = 2.7 MB, ~1 us of
-  DRAM) are in flight during the token round trip instead of after it;
-* a thread waits on tokens once per 8 wte loads, and has 128 B of wte in flight: 1280 threads
-  (48 registers, the launch bounds' cap) x 128 B = 160 KB an SM, 3-5x what Little's law asks
-  (~3 TB/s x ~1.5 us loaded latency / 132 SMs);
-* wpe comes from DRAM once and from L2 once per 8 rows, not 8 times; out is __stcs, and wte and
-  wpe keep __ldg's default policy, as version 3 (repeated tokens from L2).
-The grid is 196608 threads for 168960 resident (1.16 waves): no persistence, blocks are replaced
-as they finish; the late ones wait on their tokens while DRAM drains the earlier ones' requests.
-The issue order shaped the code. Written the plain way (loads predicated on j < B - b0, or the
-tokens loaded inside the switch), ptxas put a token load behind a wte load that waits on another
-token (two token round trips) and the wpe load after the wait on the tokens. With the tokens
-and wpe loaded ahead of the switch and the count a template constant in each case, sm_80 and
-sm_90 issue all 9 leading loads before any wait, then the group's wte loads, then its stores,
-in 48 and 46 registers, no spills. A 40-register cap (one exact wave) split the 8 wte loads into two batches
-behind the first stores, so 48 it is.
-Prediction: ~24.6 us (24.3-25.0), 0.98x the copy, from 25.9: about one DRAM round trip saved at
-the start, more bytes in flight throughout.
+Version 6, built to beat version 3, was slower. Why the plain grid wins:
+* version 6 reads wte evict-first (__ldcs), but a few percent of the gathered rows repeat, and
+  with the default policy (version 3's __ldg) they are likely still in L2;
+* a persistent warp cannot request its next row until the current row's loads land (they are its
+  registers), and every warp started at once, so the bytes in flight swing between all and none;
+  version 3's short blocks are replaced as they finish, so their phases spread out.
+What version 3 still loses: a thread has one 16-byte wte load in flight and only after its token
+lands, and every load, wpe included, sits behind the branch on the token, so for the first DRAM
+round trip DRAM moves almost nothing; and each wpe row is read once per sequence.
 
-Measured on the H100 (bench --all, three runs of 2026-11-24): 27.4-27.5 us against the copy's 24.0-24.2 us (0.87-0.88x): slower than version 3 (25.9-26.3 us), against the prediction.
+Here a thread owns one float4 column of one position t for a group of 8 sequences. It issues its 8
+token loads and its wpe load back to back (tokens past B clamped to row B - 1, read and unused),
+then the 8 wte float4 (each waits only for its own token), then 8 streaming stores. A warp's loads
+and stores are 512 contiguous bytes. So the first wave's wpe loads are in flight during the token
+round trip, a thread waits on tokens once per 8 wte loads with 128 B in flight, and wpe comes from
+L2 once per 8 rows. The issue order shaped the code: written the plain way, ptxas put a token load
+behind a wte load that waits on another token; with the tokens and wpe loaded ahead of the switch
+and the count a template constant in each case, all 9 leading loads go out before any wait, in 48
+registers (a 40-register cap split the wte loads into two batches).
+
+It came out slower than version 3, against its prediction (results/notes/encoder_forward.md).
 """
 # float4 rows need C % 4 == 0 (16-byte aligned rows of cudaMalloc'd buffers); any B and T.
 preconditions = ["C % 4 == 0"]

@@ -1,5 +1,6 @@
 /*
 title = "A block per row, 128-bit loads, (max, sum) pairs merged across the block"
+builds_on = 1
 changed = "A whole block shares a row and reads it as float4 (four loads in flight per thread); the lanes' pairs merge by shuffles, then across warps through shared memory; the gradient pass reads with __ldcs and writes with __stcs."
 why = """
 Version 1 gives a 200 KB row to one warp: 1,570 serial 4-byte loads per lane, twice. A block of

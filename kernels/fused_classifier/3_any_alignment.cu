@@ -1,5 +1,6 @@
 /*
 title = "Any Vp: a scalar head up to the 16-byte boundary, float4 body, bounds-checked tail"
+builds_on = 2
 changed = "The Vp % 4 == 0 precondition is gone: each row finds its first 16-byte boundary, takes 0-3 scalar columns before it and 0-3 after the last whole float4; the float4 body is read and written as in version 2."
 why = """
 Version 2 needs Vp % 4 == 0 so that every row starts on a 16-byte boundary; with an unpadded or

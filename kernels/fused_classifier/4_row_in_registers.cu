@@ -1,5 +1,6 @@
 /*
 title = "The row held in registers: one read and one write of the logits"
+builds_on = 3
 changed = "Each thread loads its float4 slots of the row into registers once (all loads up front), keeps exp(x - its own max) there, and after the block merge writes softmax * dloss from registers: the second read of the logits is gone. The one-hot term is patched in by one thread after a barrier."
 why = """
 Versions 2-3 read every row twice and count on L2 for the second read. An SM's 256 KB register

@@ -1,5 +1,6 @@
 /*
 title = "bf16 logits: version 3's two passes at half the bytes"
+builds_on = 3
 precision = "bf16"
 changed = "The logits are bf16: the body of each row moves in packs of eight bf16 (16 bytes, one access) from the row's first 16-byte boundary, widened to float for the online (max, sum) pair and the gradient, rounded once to bf16 on the store. The real columns end the vector body (version 4's split), so the padding is written as zeros without being read; the one-hot term is subtracted in the pack that holds the target, and thread 0 reads the target's logit for the loss."
 why = """

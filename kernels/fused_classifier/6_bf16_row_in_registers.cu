@@ -1,5 +1,6 @@
 /*
 title = "The bf16 row held in registers, packed: two rows per SM"
+builds_on = 4
 precision = "bf16"
 changed = "Version 4's register cache at bf16, built as softmax_forward 10's: each thread loads its K slots of eight bf16 (four registers each) once, all up front and evict-first; an exact max on the packed pairs, the sum of exp(x - max) from the widened values, and after the block merge the gradient written from the same registers, widened again. No second read of the logits. At 128 and 256 threads two blocks share an SM."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "One fused kernel, a warp per row"
+builds_on = 1
 changed = "The add and the LayerNorm run in one kernel: each warp adds its row, writes residual, and normalizes the sums it just computed."
 why = """
 residual no longer makes a round trip: it is written once and never read back, and there is one

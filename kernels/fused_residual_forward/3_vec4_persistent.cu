@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads, the row in registers, persistent multi-warp blocks sharing weight and bias"
+builds_on = 2
 changed = "Each lane loads its float4 share of inp1 and inp2 once and keeps the sums in registers; blocks are sized to the machine and loop over rows, with weight and bias staged once per block in shared memory."
 why = """
 Version 2 still issues scalar loads and walks the row three times (the later passes through L1).

@@ -1,5 +1,6 @@
 /*
 title = "bf16 storage: one fused kernel, a warp per row, the fp32 sum normalized"
+builds_on = 2
 precision = "bf16"
 changed = "Version 2 with bf16 inputs and outputs: inp1 and inp2 are widened to float and added in float; residual stores that sum rounded to bf16 once; mean, rstd and normed are computed from the float sum (not from the rounded residual); normed is rounded once as it is stored."
 why = """

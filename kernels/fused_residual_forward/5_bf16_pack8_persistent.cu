@@ -1,5 +1,6 @@
 /*
 title = "bf16, 16-byte loads of eight values, the float sums in registers, persistent blocks"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3's structure in bf16: each lane loads its Pack8 share of inp1 and inp2 once, adds them in float and keeps the float sums in registers; residual is stored from there rounded (Pack8), and the statistics and normed come from the same float sums. Weight and bias are staged in shared memory as Pack8, once per persistent block."
 why = """

@@ -1,35 +1,28 @@
 /*
 title = "bf16: loads before the weight staging, each warp holding two rows: one normalized while the other is in flight"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5's persistent blocks, with the first two rows' loads of every warp issued before the block stages weight and bias (version 5 staged first, then loaded), and a two-row pipeline: each warp holds two rows of inp1 and inp2 in registers and refills a row's registers with its row two ahead as soon as that row is written, so one row is in flight while the other is reduced and written. Rows sit in registers as raw 32-bit words (stream_vec.cuh); the fp32 sums are formed where they are used."
 why = """
-At 8x1024x768 the op reads 25.2 MB (inp1, inp2) and writes 25.2 MB (residual, normed; plus 64 KB
-of mean and rstd): version 5 takes 26.8-27.1 us against 25.5-25.9 us for a copy of the same
-bytes (0.95x); fp32's version 3 reaches 0.97x. Two things cost version 5 time. (1) Every block
-first copies weight and bias into shared memory and waits at a barrier, and only then issues
-its first row's loads: at the start of the kernel that is a whole DRAM round trip (~1 us, the
-weights are not yet in L2) with 132 SMs waiting on 3 KB and DRAM idle. (2) A warp loads a row,
-then reduces and writes it with nothing in flight, then loads its next row: at 8x1024 (4224
-warps, 8192 rows) most warps pay two full round trips in series, and the second batch of loads
-starts only as the first batch's rows are finished.
-Here each warp issues the loads of its first two rows (6 KB a warp at C = 768) before the block
-stages the weights, so the staging's round trip overlaps them. The grid is one resident wave
-(SMS x 768 threads: two rows of two inputs as words take ~80 registers, which the launch bounds
-guarantee), so 24 warps an SM hold 144 KB in flight at the start and 3168 warps request three
-quarters of the input at once; from then on, a warp that has written a row refills its
-registers with its row two ahead before it touches the other row, so one row (72 KB an SM,
-fp32 version 3's margin) is always in flight while the other is reduced and written, and the
-pipeline never drains. The two buffers take turns (the loop is unrolled twice), since a
-register copy of a row still in flight would wait for it. As in version 5, the statistics and
-normed come from the fp32 sum inp1 + inp2, not from the rounded residual, and each output is
-one rounding of an fp32 value; the variance is the exact two-pass one. Registers decided the
-representation: as words (12 registers per row and input at C = 768) two rows fit beside each
-other; as Pack8's 16-bit halves or as widened floats they spill. Wider rows keep the scheme at
-lower occupancy: C <= 1024 at 512 threads an SM (128 registers), C <= 2048 at 256 (the rows in
-flight per SM stay ~100 KB: fewer warps, wider rows).
-Prediction: ~25.9 us at 8x1024x768, the copy's time within noise, from 26.8-27.1.
+Two things cost version 5 time. (1) Every block first stages weight and bias in shared memory and
+waits at a barrier before its first row's loads: at the start a whole DRAM round trip with DRAM
+idle. (2) A warp loads a row, then reduces and writes it with nothing in flight, then loads the
+next: most warps pay two round trips in series.
 
-Measured on the H100 (bench --all, three runs of 2026-11-24): 25.8-26.1 us against the copy's 25.4-26.2 us (0.98-1.01x); version 5 26.5-26.9 us.
+Here each warp issues the loads of its first two rows before the block stages the weights, so
+the staging's round trip overlaps them. The grid is one resident wave (SMS x 768 threads; the
+launch bounds guarantee the ~80 registers two rows of two inputs take), so most of the input is
+requested at once; from then on a warp that has written a row refills those registers with its
+row two ahead before it touches the other row, so one row is always in flight while the other is
+reduced and written: the pipeline never drains. The two buffers take turns (the loop is unrolled
+twice), since a register copy of a row still in flight would wait for it. As in version 5 the
+statistics and normed come from the fp32 sum inp1 + inp2, not the rounded residual, each output
+is one rounding of an fp32 value and the variance is the exact two-pass one. Rows are held as
+32-bit words (12 registers a row and input at C = 768): as Pack8 halves or widened floats they
+spill. Wider rows keep the scheme at lower occupancy (C <= 1024 at 512 threads an SM, C <= 2048
+at 256).
+
+The byte counts, the prediction and the measurements: results/notes/fused_residual_forward.md.
 """
 # Rows of packs need C % 8 == 0 (16-byte aligned rows: true for cudaMalloc'd buffers when
 # C % 8 == 0); the registers hold at most 2048 values per row.

@@ -1,5 +1,6 @@
 /*
 title = "128-bit packed loads and stores, scalar tail"
+builds_on = 1
 changed = "Each thread handles four consecutive elements through one float4 load per input and one float4 store; the last N % 4 take a scalar path."
 why = """
 Same bytes, a quarter of the memory instructions: two 16-byte loads and one 16-byte store per

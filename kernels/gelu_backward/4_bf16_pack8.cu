@@ -1,5 +1,6 @@
 /*
 title = "bf16 storage: eight values per 16-byte access, derivative in fp32"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3 at bf16: inp, dout and dinp hold bf16, so each 16-byte access carries eight values (a Pack8) instead of four; both inputs are widened to fp32, the derivative and the product are computed there, and dinp is rounded once to bf16. Two packs of each input per thread (16 values), all loaded before the first derivative; the tail (N % 8) and unaligned buffers take a scalar path."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "128-bit packed loads and stores, scalar tail"
+builds_on = 1
 changed = "Each thread handles four consecutive floats through one float4 load and one float4 store; the last N % 4 elements take a scalar path."
 why = """
 Same bytes, a quarter of the memory instructions: one 16-byte load and one 16-byte store per

@@ -1,5 +1,6 @@
 /*
 title = "Four float4 per thread, all loads issued before any store"
+builds_on = 2
 changed = "Each thread handles four float4 groups a block-width apart (coalesced), issuing all four 16-byte loads before the first GELU; a quarter as many blocks."
 why = """
 Version 2 has one 16-byte load in flight per thread, so the bytes in flight per SM depend on

@@ -1,5 +1,6 @@
 /*
 title = "bf16 storage: eight values per 16-byte access, GELU in fp32"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3 at bf16: inp and out hold bf16, so each 16-byte access carries eight values (a Pack8) instead of four; every value is widened to fp32, goes through the same GELU, and is rounded once to bf16 on the way out. Four packs per thread, all loaded before the first GELU; the tail (N % 8) and unaligned buffers take a scalar path."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Grid-stride float4 loads, warp-shuffle block reduce, one atomic per resident block"
+builds_on = 1
 deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "A fixed grid (one wave of resident blocks) streams through the gradients with 128-bit loads, four independent accumulators per thread; warps reduce with shuffles, warps' sums meet in shared memory, and each block issues one atomicAdd."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Deterministic: per-block partial sums to scratch, a second kernel adds them in order"
+builds_on = 2
 changed = "Version 2's first pass writes each block's sum to its own slot in scratch instead of an atomic; a one-block second kernel adds the slots in a fixed order and writes norm2 (no memset needed)."
 why = """
 Reproducible training needs norm2 to have the same bits on every run: the clip factor feeds

@@ -1,5 +1,6 @@
 /*
 title = "bf16 gradients: eight per 16-byte load, fp32 sums, version 3's deterministic two passes"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3 reading bf16 gradients: each grid-stride step loads a Pack8 (eight gradients in 16 bytes) instead of a float4, widens them to fp32 and adds their squares to fp32 accumulators; four packs in flight per thread. The per-block partials and the one-block finish are version 3's, so the result is still reproducible."
 why = """

@@ -1,72 +1,34 @@
 /*
 title = "bf16, one launch: two rows a warp in flight as 32-bit words, the last block's rounding in one round trip"
+builds_on = 11
 precision = "bf16"
 changed = "Version 11's design with three of its costs removed. Rows sit in registers as Word8 (an int4 of 32-bit words, stream_vec.cuh) in two buffers that take turns (the loop unrolled twice), so a warp's next row really is in flight while it works on the current one (in version 11, ptxas rebuilt the prefetched Pack8 from 16-bit halves halfway through the current row, and the warp waited there); about 600 instructions a warp-row instead of 866. The last block issues all its loads of the fp32 totals before using any, and adds them to a copy of dbias and dweight that each block stashed in shared memory when it started: one L2 round trip where version 11 looped, one DRAM round trip per blockDim columns. The block's column sums cross shared memory without bank conflicts and leave as float4 atomics on sm_90."
 why = """
-Version 11 takes 29.4 us at B=8, T=1024, C=768 with blocks of 384, 32.4 us at 192 and 35.9 us at
-128; a copy of its 50.4 MB takes 25.3 us. It reads 37.7 MB (dout, inp, dinp) and writes 12.6 MB
-(dinp). Version 10's model (4.5 us + reads / 3.17 TB/s + writes / 2.65 TB/s) gives 21.1 us.
-Version 11's SASS (sm_90) and its block-size dependence show where the other 8 us go.
+Version 11's SASS and its dependence on the block size show where its time above the model goes:
+(1) the last block adds the totals into the bf16 gradients in 2C / blockDim iterations, each
+waiting on a cold load before issuing the next (a DRAM round trip an iteration, hence smaller
+blocks are slower); (2) the prefetch did not prefetch: the per-pack `ok ? load : zero` on Pack8's
+16-bit fields made ptxas rebuild the next row's registers from halves right after the current
+row's first pass, so the warp waited there and then worked with nothing in flight; (3) the block's
+column sums crossed shared memory with two-way bank conflicts.
 
-1. The last block's loop. After taking the last ticket, the last block adds the 2C totals into
-   the bf16 gradients in 2C / blockDim iterations. Each iteration loads a bf16 gradient that is
-   cold (the bench flushes L2) and must wait for it before issuing the next load: 4 DRAM round
-   trips at block 384, 8 at 192, 12 at 128. Going from 384 to 192 costs 3.0 us and from 192 to
-   128 another 3.5 us, 4 iterations each time: 0.75-0.9 us an iteration, one unloaded DRAM round
-   trip. So about 3 us of the 29.4 is this loop, and it explains all of the block-size
-   dependence. (The atomics also triple from 384 to 128, 175K to 525K, but these timings cannot
-   separate the two causes.)
-2. The prefetch did not prefetch. The next row's 9 packs were loaded at the top of the loop.
-   But a Pack8 is eight 16-bit fields, and the per-pack `ok ? load : zero` led ptxas to rebuild
-   the next row's registers from 16-bit halves: 144 PRMT a row, placed among the current row's
-   shuffles, right after its first pass. So the warp waited there for the next row. It then did
-   the second pass (a shuffle reduction, 24 values of arithmetic, the stores) with nothing of
-   its own in flight. One warp-row is 4.6 KB of loads, so 12 warps an SM kept at most 55 KB in
-   flight, and much less on average. Little's law asks for 40-50 KB an SM (3 TB/s x 1.5-2 us
-   of loaded latency / 114 SMs). The loop was also 866 instructions a warp-row. A round of 12
-   rows an SM therefore needs 2.6K issue cycles (1.5 us) against 2.8 us of DRAM time for the
-   round's 8.4 MB over the grid: with little overlap, the compute adds to the wait.
-3. The block's column sums crossed shared memory with two-way bank conflicts. A lane's 8
-   columns start 32 bytes after its neighbour's, so the eight 16-byte stores of a quarter-warp
-   hit every bank twice: 72 KB took ~0.65 us to write instead of ~0.33 (at 128 B a clock an SM).
+What changes:
+1. Two buffers, no copies. A warp holds two rows as Word8 (int4 of 32-bit words); while it works
+   on one, the other is in flight, and a written row's buffer is refilled with the row two rounds
+   on. The loop is unrolled twice so the buffers take turns (layernorm_forward 10's scheme): no
+   register copy ever waits on a load. Still 168 registers, no spills, 12 warps an SM.
+2. Less arithmetic a value: widening is a shift or a mask of a word, xhat one FFMA, dinp's term
+   three FFMAs; the weights come from shared memory with immediate offsets.
+3. The last block in one round trip: every block copies dbias and dweight into shared memory at
+   its start (overlapping its first loads), and the last block issues all its __ldcg of the totals
+   before using any.
+4. Shared memory without conflicts: lanes 4-7 of each quarter-warp store their second float4
+   first; each thread then sums one float4 of columns over the block's slots in order and adds it
+   with one float4 atomic (sm_90's red.global.add.v4.f32; four float atomics on sm_80).
+The rest is version 11's: one launch, no scratch, no memset, the same module state and caveats,
+not deterministic; dinp rounded once, dweight and dbias summed in fp32 and rounded once.
 
-What changes.
-1. Two buffers, no copies. A warp holds two rows as Word8 (36 registers a row). While it works
-   on one, the other is in flight. Once a row is written, the warp refills that buffer with its
-   row two rounds on. The loop is unrolled twice so the buffers take turns (layernorm_forward
-   10's scheme): no register copy ever waits on a load. In the SASS, every row load is first
-   read more than 630 instructions after it is issued (one row's work; the loop is ~1200 for two
-   rows). It still fits in 168 registers (166-168, no spills on sm_80 or sm_90), so an SM still
-   holds 12 warps, each with one or two rows in flight: 55-110 KB an SM.
-2. Less arithmetic a value. Widening is a shift or a mask of a word. xhat = x * rstd - mean *
-   rstd is one FFMA. dinp's term is three FFMAs: fma(w, g, -mean_dn), then fma(-mean_dnx,
-   xhat, .), then fma(rstd, ., dinp). The weights come from shared memory (one base register,
-   immediate offsets, zeros past the row) instead of per-row global loads with predicates. A
-   warp-row is now ~600 instructions: a round takes 1.8K issue cycles (1.0 us) of its 2.8 us.
-3. The last block in one round trip. At its start, once its first two rows' loads are issued
-   (so the waits overlap), every block copies dbias and dweight as they are (2C bf16) and its
-   lanes' weight packs into shared memory. The last block issues all its __ldcg of the totals
-   (up to four float4 a thread) before using any. So after the ticket it pays one L2 round trip,
-   its stores, and the zeroing of the totals and the counter for the next launch (as version
-   11 does).
-4. Shared memory without conflicts. Lanes 4-7 of each quarter-warp store their second float4
-   first, so each quarter-warp's stores cover 128 distinct bytes. Each thread then sums one float4
-   of columns over the block's slots in slot order and adds it with one float4 atomic (sm_90's
-   red.global.add.v4.f32; four float atomics on sm_80). At C = 768 that is 384 atomics a block.
-
-The rest is version 11's: one launch, no scratch, no memset; the same module state with its
-caveats (launches of this module run in order on one stream); not deterministic, since the fp32
-totals land in any order. The precision is what the contract asks. dinp is widened, its fp32
-term added, and the sum rounded once. dweight and dbias are summed in fp32 (registers over a
-warp's rows, the block's slots in order, fp32 atomics) and rounded once by the last block.
-
-Prediction at block 384: the rows near the model, 21 us plus the ~1.5 us that version 10 runs
-above it. The tail is ~1.5-2 us: shared memory 0.65, the atomics and the fenced ticket ~0.5-0.8,
-the last block's round trip ~0.4. That gives ~24 us (23-25), 1.05x the copy's speed, against
-version 11's 29.4 and version 7's 34.0 (deterministic). Blocks of 128 and 192 should now take
-about as long as 384. What remains between them measures the atomics (3x and 2x as many).
-
-Measured on the H100 (bench --all, three runs of 2026-11-24): 26.0-26.2 us against the copy's 25.7-26.3 us (0.99-1.00x); version 11 28.5-29.0 us, version 7 34.1-34.4 us.
+The analysis in numbers, the prediction and the measurements: results/notes/layernorm_backward.md.
 """
 # Word8 rows (C % 8 == 0); a row takes at most three warps of 768 columns; the accumulator holds
 # 2 x 2304 floats. Every block size keeps 12 warps per SM (3, 2 or 1 blocks).

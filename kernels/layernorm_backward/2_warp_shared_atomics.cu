@@ -1,5 +1,6 @@
 /*
 title = "A warp per row; dweight and dbias gathered per block in shared memory, flushed with atomics"
+builds_on = 1
 deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "Each warp owns a row (coalesced, shuffle reductions); the block accumulates its rows' column sums in shared memory and adds them to global memory once per block."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Persistent blocks, per-warp column sums in shared memory, per-block partials and a reduce kernel: no atomics"
+builds_on = 2
 changed = "A fixed grid (512 threads per SM of an H100) loops over the rows; each warp keeps private column sums in shared memory; each block writes its dweight/dbias partial to scratch and a second kernel adds the partials up in a fixed order."
 why = """
 Version 2 still issues 2*C global atomics per block of rows, and the order of its additions

@@ -1,5 +1,6 @@
 /*
 title = "Version 3 with 128-bit loads and stores"
+builds_on = 3
 changed = "Every global and shared-memory access of the main kernel moves a float4: rows, weights, dinp and the warps' private column sums."
 why = """
 Version 3's structure (persistent blocks, per-warp private column sums, per-block partials, a

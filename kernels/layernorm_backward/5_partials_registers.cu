@@ -1,5 +1,6 @@
 /*
 title = "Version 4 with the row held in registers: one pass over memory"
+builds_on = 4
 changed = "Each lane loads its float4 share of dout and inp into registers once, up front; both the row means and the gradients are computed from registers."
 why = """
 Version 4 reads every row twice, the second time hoping to hit L1; when several blocks share an

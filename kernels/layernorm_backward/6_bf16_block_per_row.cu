@@ -1,5 +1,6 @@
 /*
 title = "bf16 storage: a block per row, fp32 column sums in shared memory, fp32 partials and a reduce kernel"
+builds_on = 5
 precision = "bf16"
 changed = "The step to bf16 (dinp, dweight, dbias, dout, inp and weight; mean and rstd stay float): values are widened to float as they are loaded and every sum is float. A persistent block walks rows, the whole block on one row (block_sum for its two means); each thread owns columns t, t + blockDim.x, ... and adds their dweight/dbias terms into its own words of an fp32 shared-memory row; each block writes those fp32 sums as its partial, and the reduce kernel adds the partials in a fixed order and rounds into the bf16 dweight and dbias once. dinp is read, increased in float and rounded once."
 why = """

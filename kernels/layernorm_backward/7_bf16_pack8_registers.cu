@@ -1,5 +1,6 @@
 /*
 title = "bf16, 16-byte loads of eight values, the row in registers, per-warp fp32 column sums"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5's structure in bf16: each lane loads its Pack8 share of dout, inp and dinp once, all up front, and keeps them in registers; per-warp fp32 column sums in shared memory; fp32 per-block partials and the reduce kernel as in version 6."
 why = """

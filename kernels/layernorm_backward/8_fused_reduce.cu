@@ -1,62 +1,31 @@
 /*
 title = "Version 5 with the column sums in the same launch: the last block of each team reduces"
+builds_on = 5
 changed = "Version 5's row work and per-block partial rows, unchanged; the reduce kernel is gone. Blocks form teams of ceil(sqrt(G)) consecutive blocks; after writing its partial row a block takes a ticket (atomicAdd) on its team's counter, and the block that takes the team's last ticket sums the team's rows in block order into a team row; then a ticket on a global counter, and the block that takes the last one sums the team rows in team order into dweight and dbias. A memset step zeroes the counters before the kernel."
 why = """
 Version 5 finishes with a second kernel, and that kernel is most of what separates it from a
-plain copy. Measured on the H100 at B=8, T=1024, C=768, version 5 takes 51.5 us where a copy of
-the family's bytes takes 43 us. Nsight Compute splits its bf16 twin, version 7, which has the same
-two kernels: its main kernel runs in ~26 us, as long as a copy of its bf16 bytes (26 us), and its
-reduce kernel adds the G per-block partial rows in another 8.4 us (G = 264, blocks of 256) to
-19.7 us (G = 1056, blocks of 64). That reduce kernel is a grid of C/32 = 24 blocks on a GPU of 132
-SMs: most of the machine idles while each of the 24 walks all G rows of its 32 columns, and none
-of it can start before the slowest block of the main kernel has ended. Here the reduction joins
-the main kernel, using the "last block done" pattern.
+plain copy: a grid of C/32 = 24 blocks on a GPU of 132 SMs, each walking all G partial rows of its
+32 columns, none starting before the main kernel's slowest block has ended. Here the reduction
+joins the main kernel, using the "last block done" pattern.
 
-The pattern. The G blocks form teams of team_size = ceil(sqrt(G)) consecutive blocks, and scratch
-holds one int counter per team plus a global one. A block writes its partial row, then one of its
-threads takes a ticket: atomicAdd(&counter, 1) returns the value before the add, so exactly one
-block of the team gets the last ticket (members - 1), and that block knows every other member has
-already written its row. It alone goes on: it sums the team's rows into a team row, then takes a
-ticket on the global counter; the block that gets the last of those sums the team rows into dweight
-and dbias. Every other block simply exits. Nobody waits for anybody (no spinning on a flag), so the
-pattern is correct whatever order the blocks run in and however many are resident at once.
+The pattern. The G blocks form teams of ceil(sqrt(G)) consecutive blocks, and scratch holds one
+int counter per team plus a global one. A block writes its partial row, then one thread takes a
+ticket: atomicAdd(&counter, 1) returns the value before the add, so exactly one block of the team
+gets the last ticket, and it knows every other member has written its row. It sums the team's rows
+into a team row and takes a ticket on the global counter; the last of those sums the team rows
+into dweight and dbias. Nobody waits for anybody, so any block order works. Every thread fences
+(__threadfence) after its stores and a __syncthreads orders the fences before the ticket: without
+it the last block could count a ticket whose row is still on its way. The winner fences again and
+reads the rows with __ldcg (L2; L1 is not coherent across SMs). A memset zeroes the counters.
 
-Why __threadfence() before the ticket. The partial row's stores and the ticket's atomic go to
-memory by different paths, and the GPU does not promise that another SM sees them in program
-order: without a fence the last block could count a ticket whose row is still on its way and sum
-stale data. So every thread fences after its stores (its writes become visible to the whole GPU
-before anything it does next), a __syncthreads() makes the whole block's fences come before the
-ticket, and only then does one thread take it. The block that wins fences again before it reads,
-and reads the other blocks' rows with __ldcg (cached in L2 only): L1 is per SM and not kept
-coherent with other SMs' writes, L2 is where every block's stores meet. __syncthreads_or hands
-the one thread's verdict ("mine was the last ticket") to the whole block in the same barrier. The
-counters must start at zero on every launch, and scratch arrives holding garbage: the memset step
-before the kernel zeroes them.
+Determinism: the tickets decide which block does a sum, never what it adds or in which order (block
+order within a team, team order across teams), so the result depends only on G and the team size.
+No float atomics: the atomics count tickets. The code is
+kernels/layernorm_backward/last_block_reduce.cuh, shared with version 9 (bf16).
 
-Why it stays deterministic. The tickets decide which block does a sum, never what it adds or in
-which order: each column is summed over the team's rows in block order, then over the team rows
-in team order, ((r0 + r1) + r2) + ..., whichever block does the work. The float result depends only
-on G and team_size (the sizes, the block size and the SM count), so it is bitwise the same on every
-run. No float atomics anywhere: the atomics count tickets, integers.
-
-Why it should beat a second launch. A team's sum starts as soon as its last member is done, in
-that block's own place on its SM, while the rest of the grid may still be working, and the teams'
-sums run in parallel on up to ceil(sqrt(G)) SMs. What is left after the last row of the
-main work is at most two sums by one block: its team's rows and the team rows, about 2 sqrt(G)
-rows (33 rows of 6 KB at G = 264, 65 at G = 1056) instead of 24 blocks walking all G, and no
-second launch to wait for. Each thread keeps eight rows' loads in flight before it adds them in
-order. How much of the team work really overlaps depends on how unevenly the blocks finish: this
-grid is one wave of equal blocks, so they finish close together and much of the gain may be the
-shorter tail; the timings will tell. The cost: a team row per team in scratch; per block, two
-barriers, a fence and an atomic; one memset. The tickets and the in-order sums are in
-kernels/common/last_block_reduce.cuh, shared with version 9 (bf16), which differs only in how
-the final totals go into dweight and dbias.
-
-Measured on the H100 (bench --all, B=8 T=1024 C=768, best block size 256): 53.8 µs, against
-version 5's 51.5 µs and a copy of the same bytes at 42.4 µs. The fold did not pay: the last
-block of each team and then the very last block add their rows while the rest of the GPU has
-nothing left to do, which costs about what the second launch did. Kept as the lesson: a launch
-saved is only a win when the work it moves overlaps other work.
+Measured, the fold did not pay: the team sums run while the rest of the GPU has nothing left to
+do, which costs about what the second launch did. Kept as the lesson: a launch saved is only a win
+when the work it moves overlaps other work. The numbers: results/notes/layernorm_backward.md.
 """
 preconditions = ["C % 4 == 0", "C <= 2048"]
 block_sizes = [64, 128, 256]

@@ -1,44 +1,30 @@
 /*
 title = "bf16, version 7 with the column sums in the same launch: the last block of each team reduces"
+builds_on = 7
 precision = "bf16"
 changed = "Version 7's row work and fp32 per-block partial rows, unchanged; the reduce kernel is gone, replaced by version 8's tickets: teams of ceil(sqrt(G)) blocks, the last block of a team (atomicAdd on the team's counter) sums the team's fp32 rows in block order, the last team's last block sums the team rows in team order and adds them into the bf16 dweight and dbias in fp32, rounding once. A memset step zeroes the counters."
 why = """
-The case for this version was measured on this very pair (H100, Nsight Compute, B=8, T=1024,
-C=768): version 7's main kernel takes ~26 us, the time of a plain copy of the family's bytes,
-and its second kernel, layernorm_backward_reduce_bf16 (C/32 = 24 blocks of 32x32 threads
-adding the G partial rows of 2*C floats), another 8.4 us at G = 264 (blocks of 256) up to 19.7 us
-at G = 1056 (blocks of 64): the version as a whole runs at 0.77 of the copy, all of the loss in a
-kernel that keeps 24 of 132 SMs busy after the real work is done. Version 8 explains the remedy in
-fp32; here it is in bf16, and only the last step differs.
+Nsight Compute splits version 7 into a main kernel that runs at about a copy's time and a second
+kernel, layernorm_backward_reduce_bf16 (C/32 = 24 blocks adding the G partial rows), that keeps
+24 of 132 SMs busy after the real work is done. Version 8 explains the remedy in fp32; here it is
+in bf16, and only the last step differs.
 
 Recap of the pattern. A block writes its fp32 partial row, fences (__threadfence: its stores reach
 the whole GPU before its ticket does), waits for its whole block (__syncthreads), and one thread
 takes a ticket with atomicAdd on its team's counter. The block holding the last ticket of its team
-knows all the team's rows are written: it fences again (so its loads come after the ticket), sums
-them with __ldcg loads (from L2, never a stale L1 line) in block order, writes the team row, and
-takes a ticket on the global counter the same way; the last of those sums the team rows in team
-order. The other blocks just exit: no block ever waits for another, so any block order works. The
-counters are zeroed by a memset step before every launch (scratch is garbage until then). The code
-is version 8's, in kernels/common/last_block_reduce.cuh; this file passes it the bf16 last step.
+knows all the team's rows are written: it fences again, sums them with __ldcg loads (from L2, never
+a stale L1 line) in block order, writes the team row, and takes a ticket on the global counter the
+same way; the last of those sums the team rows in team order. The other blocks just exit. A memset
+step zeroes the counters before every launch. The code is version 8's, in
+kernels/layernorm_backward/last_block_reduce.cuh; this file passes it the bf16 last step.
 
 Precision and determinism, as in version 7: the sums stay fp32 all the way (partial rows, team
 rows, the final column sum), and the bf16 dweight and dbias are widened, added to in fp32 and
-rounded once, one rounding per element. The tickets choose which block adds, never the order of the
-additions: block order within a team, team order across teams, fixed by G and team_size (the
-sizes, the block size and the SM count). Bitwise the same result on every run, whichever block
-happens to finish last.
+rounded once. The tickets choose which block adds, never the order of the additions, so the result
+is bitwise the same on every run.
 
-What it should gain: a team's sum starts while other blocks may still be working, the teams' sums
-run on as many SMs as there are teams, and what is left after the last row of the main work is
-one block adding about 2 sqrt(G) rows (its team's, then the team rows) instead of 24 blocks each
-walking all G, with no second launch in between. Whether that reaches the copy's time depends on
-how much of the team work overlaps: the grid is one wave of equal blocks, so they finish close
-together; the timings will tell. The final adds touch 4 bf16 (8 bytes) per thread per float4 of
-sums: 2*C values, once.
-
-Measured on the H100 (bench --all, B=8 T=1024 C=768, best block size 256): 37.2 µs, against
-version 7's 34.0 µs and a copy of the same bytes at 25.5 µs: slower, for version 8's reason (the
-team and final sums run when the rest of the GPU is idle).
+Measured slower than version 7, for version 8's reason (the team and final sums run when the rest
+of the GPU is idle). The numbers: results/notes/layernorm_backward.md.
 """
 # As version 7: Pack8 rows (C % 8 == 0), at most 2048 values a row in registers.
 preconditions = ["C % 8 == 0", "C <= 2048"]

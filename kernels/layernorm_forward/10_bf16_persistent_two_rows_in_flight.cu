@@ -1,33 +1,28 @@
 /*
 title = "bf16: one resident wave of warps, each holding two rows: one normalized while the other is in flight"
+builds_on = 9
 precision = "bf16"
 changed = "Version 9 made persistent and pipelined: the grid is one resident wave of warps looping over rows; each warp issues the loads of its first two rows before it stages the weights, and from then on holds two rows in registers, refilling a row's registers with its row two ahead as soon as that row is written, so one row is always in flight while the other is reduced and written. Rows sit in registers as raw 32-bit words (stream_vec.cuh), widened where they are used; weight and bias sit in shared memory as words."
 why = """
-At 8x1024x768 the op reads 12.6 MB and writes 12.6 MB (plus 64 KB of mean and rstd): version 9
-takes 17.2 us against 16.1-16.4 us for a copy of the same bytes (0.94-0.95x), while fp32's
-version 6, the same design at twice the bytes, reaches 1.0x. The difference is bytes in flight.
-fp32 version 6 has 6 float4 per lane in flight: 96 KB an SM at its 32 resident warps. Version 9
-at bf16 has 3 packs per lane: 48 KB an SM, about what Little's law asks for (3 TB/s x ~2 us of
-loaded latency / 132 SMs = ~45 KB), and only while every warp waits for its row: a warp that is
-reducing, storing, or waiting at its block's end for its slowest warp has nothing in flight,
-and its block's successor (two waves of blocks) issues nothing until it is launched.
+Version 9 falls a little short of a copy of its bytes while fp32's version 6, the same design at
+twice the bytes, matches it. The difference is bytes in flight: version 6 has 6 float4 per lane in
+flight (96 KB an SM at 32 resident warps); version 9 at bf16 has 3 packs per lane, 48 KB an SM,
+about what Little's law asks for (3 TB/s x ~2 us of loaded latency / 132 SMs = ~45 KB), and only
+while every warp waits for its row: a warp that is reducing, storing or waiting at its block's end
+has nothing in flight, and its block's successor issues nothing until it is launched.
+
 Here the grid is one wave (SMS x 1024 threads; the launch bounds hold the registers to 64 so
 all of it is resident), sized so that at 8x1024 each of its 4096 warps has exactly two rows:
-each warp issues both rows' loads first thing (96 KB an SM, version 6's margin), so all of the
-input is requested at the start, and no warp ever waits for a third row or a block turnover.
-When there are more rows (larger B), each warp refills the registers of the row it has just
-written with its row two ahead, so one row stays in flight while the other is reduced (two warp
-reductions) and written: the pipeline never drains. The two buffers take turns (the loop is
-unrolled twice), since a register copy of a row still in flight would wait for it. The
-arithmetic is version 9's: fp32 sums, the exact two-pass variance, one rounding per output.
-Registers decided the representation: two rows as Pack8 (16-bit halves) or as widened floats
-do not fit in 64 registers beside each other; as 32-bit words (12 registers a row at C = 768),
-widened where they are used (a shift or a mask per value), they do, without spills. Wider rows
-keep the scheme at lower occupancy: C <= 1024 at 768 threads an SM (80 registers), C <= 2048 at
-512 (128 registers).
-Prediction: ~16.4 us at 8x1024x768, the copy's time within noise, from 17.2.
+each warp issues both rows' loads first thing (96 KB an SM, version 6's margin). With more rows
+each warp refills the registers of the row it has just written with its row two ahead, so one
+row stays in flight while the other is reduced and written: the pipeline never drains. The two
+buffers take turns (the loop is unrolled twice), since a register copy of a row still in flight
+would wait for it. The arithmetic is version 9's: fp32 sums, the exact two-pass variance, one
+rounding per output. Rows are held as 32-bit words (12 registers a row at C = 768), widened where
+used: as Pack8 halves or widened floats two rows do not fit in 64 registers. Wider rows keep the
+scheme at lower occupancy (C <= 1024 at 768 threads an SM, C <= 2048 at 512).
 
-Measured on the H100 (bench --all, three runs of 2026-11-24): 14.8-14.9 us against the copy's 16.0-17.1 us (1.08-1.15x); version 9 17.1-17.4 us.
+The prediction and the measurements: results/notes/layernorm_forward.md.
 """
 # Rows of packs need C % 8 == 0 (16-byte aligned rows: true for cudaMalloc'd buffers when
 # C % 8 == 0); the registers hold at most 2048 values per row.

@@ -1,5 +1,6 @@
 /*
 title = "Separate mean, rstd and normalize kernels with shared-memory reductions"
+builds_on = 1
 changed = "Three kernels: a block per row reduces the mean, another the variance, then one thread per element normalizes."
 why = """
 Now a whole block cooperates on a row: its threads read consecutive addresses (coalesced), each

@@ -1,5 +1,6 @@
 /*
 title = "A warp per row, cooperative-groups reductions, streaming loads and stores"
+builds_on = 2
 changed = "One kernel again: each warp owns a row and reduces with cg::reduce (register shuffles) instead of shared memory."
 why = """
 A warp's 32 lanes read 32 consecutive floats (coalesced), and a warp reduction needs no shared

@@ -1,5 +1,6 @@
 /*
 title = "One pass for the statistics: var = E[x^2] - E[x]^2"
+builds_on = 3
 changed = "The mean and the mean of squares are accumulated in the same loop, so the row is read twice instead of three times."
 why = """
 Version 3 reads the row once for the mean and again for the variance. Accumulating sum(x) and

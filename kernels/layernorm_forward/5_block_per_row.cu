@@ -1,5 +1,6 @@
 /*
 title = "A block per row: warp shuffles, then shared memory across warps"
+builds_on = 3
 changed = "A whole block (up to 32 warps) shares a row: each warp reduces with shuffles, the warps' partial sums meet in shared memory."
 why = """
 With a warp per row, each lane walks C/32 elements one after another; for wide rows that is a

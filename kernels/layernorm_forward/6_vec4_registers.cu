@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads, the row held in registers, weights cached in shared memory"
+builds_on = 5
 changed = "Each lane loads its share of the row as float4 into registers once; mean and variance come from registers (two-pass, exact); weight and bias sit in shared memory."
 why = """
 Every earlier version reads the row from memory at least twice. Here each lane issues all its

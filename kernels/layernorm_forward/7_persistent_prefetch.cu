@@ -1,5 +1,6 @@
 /*
 title = "Persistent warps: the next row is loaded while this one is normalized"
+builds_on = 6
 changed = "The grid is sized to fill the GPU once; each warp loops over rows and issues the loads of its next row before it reduces and writes the current one."
 why = """
 Version 6 launches one warp per row, in about two waves: each warp loads, then reduces (memory
@@ -7,7 +8,7 @@ idle for it), then stores, then exits, and a new block must be scheduled. With a
 each warp keeps two rows of registers: while it reduces and writes row r, the loads for row
 r + (number of warps) are already in flight, so the memory system never waits for arithmetic
 or for block launches, and there is no tail of half-empty waves.
-Measured on the H100 at 8x1024x768 it is NOT faster than version 6 (18.0 vs 17.7 us): a warp per
+On the H100 it is NOT faster than version 6 (results/notes/layernorm_forward.md): a warp per
 row already keeps enough loads in flight to saturate DRAM, so hiding latency buys nothing and
 the second register copy of the row costs occupancy. Kept as a lesson: measure before you
 believe a pipeline helps; what remains here is bandwidth, not latency.

@@ -1,5 +1,6 @@
 /*
 title = "bf16 storage: a warp per row, widened to float, rounded once"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3's warp per row with bf16 in and out (weight and bias too): every value is widened to float as it is loaded, the sums, the variance and the normalization are all float, and each output is rounded to bf16 once, as it is stored. mean and rstd stay float."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16, 16-byte loads of eight values, the row held in registers as float"
+builds_on = 8
 precision = "bf16"
 changed = "Version 8 with version 6's layout: each lane loads its share of the row as Pack8 (eight bf16 in 16 bytes) once, up front, and keeps it widened to float in registers; mean and variance come from registers; weight and bias are staged in shared memory as Pack8, once per block, while the rows' loads are in flight."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16: two cuBLAS GEMMs on the tensor cores"
+builds_on = 1
 precision = "bf16"
 changed = "Version 1's two calls with bf16 operands and fp32 accumulation: dinp = dout @ weight, dweight = dout^T @ inp + dweight (the += in the epilogue, in fp32, rounded to bf16 once)."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "A warp per column, shuffle reduction"
+builds_on = 1
 changed = "Each warp sums one column; its 32 lanes combine their partial sums with register shuffles instead of shared memory."
 why = """
 A warp reduction needs no shared memory and no __syncthreads(): five __shfl_xor_sync steps. A

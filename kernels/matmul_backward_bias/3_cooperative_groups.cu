@@ -1,5 +1,6 @@
 /*
 title = "A block per column again, with cooperative-groups warp reductions"
+builds_on = 1
 changed = "Back to a whole block per column, but each warp reduces with cg::reduce and only the per-warp sums go through shared memory: two __syncthreads-free levels instead of a log2(block)-step tree."
 why = """
 Version 2 gives each column only 32 threads: with few columns (OC = 768) most of the GPU idles,

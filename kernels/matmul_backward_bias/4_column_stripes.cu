@@ -1,5 +1,6 @@
 /*
 title = "32-column blocks: coalesced rows"
+builds_on = 3
 changed = "A block owns a stripe of 32 neighbouring columns: lane x reads column x, so a warp reads 128 contiguous bytes of one row; the blockDim.y row groups are combined through shared memory."
 why = """
 Versions 1-3 read a column top to bottom: every warp load touches 32 rows, 32 sectors for 128

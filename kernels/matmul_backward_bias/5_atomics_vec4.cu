@@ -1,5 +1,6 @@
 /*
 title = "A 2-D grid over rows and 128-column stripes, float4 loads, atomics"
+builds_on = 4
 deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "The rows are split across blockIdx.y too, so there are cdiv(OC,128) x G blocks; each lane loads float4 (a warp reads 512 contiguous bytes of a row) and each block adds its partial column sums into dbias with atomicAdd."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Per-block partial sums, then a second reduction kernel (deterministic)"
+builds_on = 5
 changed = "Same 2-D grid and float4 loads as version 5, but each block writes its 128 partial sums to a scratch row (G x OC floats) and a second kernel adds the G rows of each column into dbias: no atomics."
 why = """
 The result is bitwise reproducible from run to run (the summation order is fixed), which

@@ -1,5 +1,6 @@
 /*
 title = "bf16: a block per 32-column stripe, rows split across warps, fp32 sums"
+builds_on = 4
 precision = "bf16"
 changed = "The first bf16 version: dout and dbias are bf16. Like version 4, lanes sit on consecutive columns (coalesced 64-byte rows of bf16), the block's warps take every 8th row each, and their partial sums meet in shared memory; all sums are fp32 and dbias is rounded to bf16 once, after the +=."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "bf16: 128-bit loads of eight columns, per-block fp32 partials, then a reduce (deterministic)"
+builds_on = 6
 precision = "bf16"
 changed = "Version 6's plan on bf16 data: each lane loads eight bf16 columns in one 16-byte access (a warp covers 256 columns of a row), keeps eight fp32 sums, and the blocks of a column stripe write fp32 partials that a second kernel adds, in a fixed order, into dbias (rounded to bf16 once)."
 why = """

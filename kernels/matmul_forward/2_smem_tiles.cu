@@ -1,5 +1,6 @@
 /*
 title = "Square tiles staged in shared memory"
+builds_on = 1
 changed = "A block of TxT threads computes a TxT output tile; inp and weight are read in TxT tiles along C into shared memory, each element once per block instead of once per thread."
 why = """
 Every element staged in shared memory is used T times (by a whole row or column of the tile), so

@@ -1,5 +1,6 @@
 /*
 title = "128x128 tiles, 8x8 outputs per thread in registers, float4 shared loads"
+builds_on = 2
 changed = "256 threads compute a 128x128 output tile, each an 8x8 block held in registers; inp and weight tiles (128 x 8 along C) are stored transposed in double-buffered shared memory and read back as float4."
 why = """
 Version 2 does two shared-memory loads per FMA. Here each step along C loads 8 inp and 8 weight

@@ -1,5 +1,6 @@
 /*
 title = "cuBLAS SGEMM, then a bias kernel"
+builds_on = 0  # starts afresh
 changed = "The product comes from cuBLAS (cublasGemmStridedBatchedEx, FP32 compute unless tf32 = 1); a second, memory-bound kernel adds the bias in place."
 why = """
 cuBLAS's FP32 kernels are tuned per architecture (larger tiles, software pipelining, SASS-level

@@ -1,5 +1,6 @@
 /*
 title = "cuBLASLt with the bias fused into the epilogue"
+builds_on = 4
 changed = "One cuBLASLt matmul with the BIAS epilogue: the bias is added to each output tile while it is still in registers."
 why = """
 Version 4 writes the product, then reads and rewrites all N*OC outputs to add the bias: 2 * 4 *

@@ -1,5 +1,6 @@
 /*
 title = "bf16 through cuBLASLt: tensor cores, fp32 accumulation, the bias fused"
+builds_on = 5
 precision = "bf16"
 changed = "Version 5's call with every operand in bf16: the products run on the bf16 tensor cores, accumulate in fp32, and the bias is added in the epilogue before out is rounded to bf16 once."
 why = """

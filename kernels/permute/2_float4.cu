@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads and stores, streaming hints"
+builds_on = 1
 changed = "Each thread moves one float4 of q, k and v (12 floats) instead of one float of each; a 2-D grid (blockIdx.y = the (b, h) pair) keeps the index arithmetic in 32 bits."
 why = """
 A head's row of HS floats is contiguous on both sides, so with HS % 4 == 0 four neighbours can

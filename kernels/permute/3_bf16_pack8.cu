@@ -1,5 +1,6 @@
 /*
 title = "bf16: eight values per 16-byte access, any head size"
+builds_on = 2
 precision = "bf16"
 changed = "Version 2 at bf16: each thread moves one Pack8 (eight bf16 values in 16 bytes) of q, k and v instead of one float4. The kernel is written once for VEC values per access: VEC = 8 when HS % 8 == 0, and VEC = 1 (2-byte accesses) for every other head size, which version 2 refused."
 why = """

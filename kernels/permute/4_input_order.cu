@@ -1,5 +1,6 @@
 /*
 title = "Written from the input's side: reads in one sequential stream, 16-byte units"
+builds_on = 2
 changed = "Version 2 has a thread per float4 of the output: a warp reads HS-float runs of one head from rows 3C floats apart and writes one contiguous run. Here a thread per 16-byte unit of the input, in the input's order: a warp reads 512 contiguous bytes, exactly as a copy does, and writes runs of one head's row (HS floats, 256 bytes at HS = 64) to q, k and v. The kernel moves units, not floats (kernels/common/permute_units.cuh), so version 5 runs the same code at bf16."
 why = """
 A permute is a copy whose reads or writes (not both) must be scattered. Version 2 scatters the
@@ -12,16 +13,9 @@ is three 32-bit divisions (by a row's units, a head block's units and a head row
 cheap next to a DRAM access. With HS % 4 == 0 every unit is whole and 16-byte aligned on both
 sides, and 3 * N < 2^31 keeps every index in 32 bits.
 
-An experiment measured beside this one: tiles of 4 or 8 consecutive positions a block, laid out
-so that both the reads (the tile's rows: 36 KB contiguous) and the writes (runs of 4-8 head
-rows: 1-2 KB) are long, ran no faster than version 2 (59.8 and 59.7 us): the long write runs
-bought nothing, which is what the L2 argument above predicts, and the reads lost their strict
-order within the tile.
-
-Measured on the H100 (experiment copy of this kernel, bench permute, 2026-11-24, in one run):
-57.9 us against the copy's 56.4 us (0.975x); version 2 59.1 us (0.954x). As committed, bench
-permute: 57.8 us against 56.4 (0.976x), version 2 58.8 (0.959x); bench --all at 7c8eef7: 57.4 us
-against 56.7 (0.988x), version 2 59.2 (0.958x).
+Tiles of 4 or 8 consecutive positions a block, making both the reads and the writes long runs,
+were tried beside it and ran no faster than version 2: the long write runs bought nothing, as the
+L2 argument above predicts. Measurements: results/notes/permute.md.
 """
 preconditions = ["HS % 4 == 0", "3 * N < 2**31"]
 block_sizes = [128, 256, 512, 1024]

@@ -1,5 +1,6 @@
 /*
 title = "The tree in shared memory, sequential addressing"
+builds_on = 1
 changed = "The tree moves from global scratch to dynamic shared memory, and the active threads are the first `stride` ones (sequential addressing) instead of every 2*stride-th."
 why = """
 Shared memory sits in the SM: a level of the tree costs a few cycles instead of an L2 round trip,

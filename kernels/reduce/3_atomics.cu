@@ -1,5 +1,6 @@
 /*
 title = "One kernel: each block's sum goes straight into out with atomicAdd"
+builds_on = 2
 deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "The second kernel and the partial-sums buffer are gone: after its shared-memory tree, each block adds its sum to out (zeroed by a memset) with one atomicAdd."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Warp shuffles with cooperative groups instead of the shared-memory tree"
+builds_on = 3
 deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "Each warp reduces its 32 values with cg::reduce (register shuffles); only the per-warp sums go through shared memory, and the first warp reduces them: two __syncthreads() in place of log2(block_size)."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "Grid-stride coarsening with float4 loads, then a deterministic second pass"
+builds_on = 4
 changed = "A fixed grid of one wave of resident blocks; each thread sums hundreds of inputs in registers (float4 loads, four in flight per iteration) before a single shuffle reduction per block; block sums go to scratch and a one-block kernel adds them in order. No atomics."
 why = """
 Versions 2-4 give each thread 2 inputs, so most of their time goes to launching ~100k-800k

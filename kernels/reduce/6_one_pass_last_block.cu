@@ -1,5 +1,6 @@
 /*
 title = "One pass: the last block to finish adds the block sums"
+builds_on = 5
 changed = "Version 5's two kernels become one: each block writes its sum, then takes a ticket from a device counter; the block that draws the last ticket adds all the block sums (in order) and resets the counter for the next launch."
 why = """
 The second kernel of version 5 costs a launch and the gap between two kernels: a few

@@ -1,5 +1,6 @@
 /*
 title = "Tiled fp32 backward: a block per 64-key tile, no T x T buffer, dq by atomics"
+builds_on = 1
 deterministic = false  # float atomicAdd: the sum's order, and so its last bits, vary from run to run
 changed = "One kernel after a memset of dqkv: each block stages 64 keys and values of one head and walks the 64-row query tiles from the diagonal down, recomputing S = Q K^T and dP = dout V^T from shared memory with 4 x 4 register micro-tiles, accumulating dK and dV in registers (stored once) and adding each tile's dQ with atomics."
 why = """

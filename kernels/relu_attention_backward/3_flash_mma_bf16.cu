@@ -1,5 +1,6 @@
 /*
 title = "bf16 tensor cores: mma.sync m16n8k16 fed by ldmatrix, streamed tiles by cp.async, a dK/dV kernel and a dQ kernel (no atomics)"
+builds_on = 2
 precision = "bf16"
 changed = """
 From version 2: bf16 storage (qkv, dout, dqkv) and every product on the tensor cores:
@@ -23,29 +24,21 @@ products; here a warp issues 32 mma instructions (16 x 64 x 64) per product, and
 tensor cores have ~15x the fp32 FMA rate. bf16 also halves the bytes of every tile.
 What keeps them fed:
 (1) Operands come from shared memory by ldmatrix, four 8 x 8 blocks per instruction, already in
-fragment order; rows padded to HSP + 8 bf16 (144 or 272 bytes) make every ldmatrix and cp.async
-conflict-free.
-(2) A product's result feeds the next one from registers: the accumulator layout of S^T and dP^T
-(the warp's 16 keys x the tile's queries) is the A-operand layout of the next mma, so relu(S^T)
-and [S > 0] dP^T go straight into dV += P^T dout and dK += dS^T Q without shared memory (the dQ
-kernel likewise feeds dS into dQ += dS K). No shared-memory round trip of dS and one barrier per
-tile (attention_backward 7: two).
-(3) The next streamed tile pair is copied by cp.async into the second buffer while the current one
-is computed; the block's own rows stay in shared memory for its lifetime, and its outputs in fp32
-registers until they are written once, as bf16.
+fragment order; rows padded to HSP + 8 bf16 make every ldmatrix and cp.async conflict-free.
+(2) A product's result feeds the next from registers: the accumulator layout of S^T and dP^T is
+the A-operand layout of the next mma, so relu(S^T) and [S > 0] dP^T go straight into dV += P^T
+dout and dK += dS^T Q (the dQ kernel likewise feeds dS into dQ += dS K): no shared-memory round
+trip of dS, one barrier per tile (attention_backward 7: two).
+(3) The next streamed tile pair is copied by cp.async while the current one is computed; the
+block's own rows stay in shared memory, its outputs in fp32 registers until written once as bf16.
 (4) The ReLU is one compare per score; the causal mask only on tiles that touch the diagonal.
-Recomputing S and dP for dQ costs 7 products per (key tile, query tile) pair instead of 5 (1.4x
-the tensor work) but removes version 2's 64 x 64 fp32 atomics per pair, the memset of dqkv, and
-attention_backward 7's fp32 dQ scratch with its zeroing and conversion passes. Blocks with the
-most work are launched first (low key tiles, high query tiles).
-Head sizes that are not a multiple of 8 (rows not 16-byte aligned) take element-by-element loads
-and stores instead of cp.async; the tiles and fragments are the same. HS > 64 uses 128-channel
-tiles with 32-row streamed tiles (halving the score fragments keeps the fp32 dK and dV
-accumulators, 128 registers a thread, in registers).
+Recomputing S and dP for dQ costs 7 products per tile pair instead of 5, but removes version 2's
+fp32 atomics, the memset of dqkv and attention_backward 7's fp32 dQ scratch. Blocks with the most
+work are launched first. Head sizes not a multiple of 8 take element-by-element loads instead of
+cp.async; HS > 64 uses 128-channel tiles with 32-row streamed tiles (the fp32 dK and dV
+accumulators stay in registers).
 
-Measured on the H100 (2026-11-25, bench relu_attention_backward, B=8 T=1024 NH=12 HS=64): 211.7
-us, against version 2's 1085.6 us (fp32) and PyTorch's bf16 autograd 1409 us in the same run;
-promoted for the trainer's bf16 --attention relu (111.3 us at B=4).
+Measurements: results/notes/relu_attention_backward.md.
 """
 preconditions = ["HS <= 128"]  # channel tile 64 (HS <= 64) or 128, HS zero-padded
 block_sizes = [128]            # 4 warps, 16 own rows each: 64 keys (dK/dV) or 64 queries (dQ) per block

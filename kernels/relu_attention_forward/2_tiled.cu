@@ -1,5 +1,6 @@
 /*
 title = "Tiled fp32 kernel: 64 x 64 tiles in shared memory, 4 x 4 register micro-tiles, no T x T buffer"
+builds_on = 1
 changed = "One kernel: a block of 256 threads owns 64 query rows and streams 64-row key/value tiles up to the diagonal; each thread computes a 4 x 4 block of scores and accumulates a 4 x 4 block of the output in registers."
 why = """
 The scores never touch memory: per key tile, S = Q K^T and O += relu(S) V are two 64 x 64 x 64

@@ -1,5 +1,6 @@
 /*
 title = "128-bit packed loads and stores, scalar tail"
+builds_on = 1
 changed = "Each thread adds four consecutive floats through one float4 load per input and one float4 store; the last N % 4 elements take a scalar path."
 why = """
 A warp's 32 scalar loads and a warp's 32 float4 loads each cost one instruction, but the second

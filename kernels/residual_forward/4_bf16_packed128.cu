@@ -1,5 +1,6 @@
 /*
 title = "bf16: eight values per 16-byte access, four packs per thread"
+builds_on = 3
 precision = "bf16"
 changed = "Version 3's structure with bf16 storage: each 16-byte load now carries eight bf16 values (a Pack8) instead of four floats; each value is widened to float, the add is done in float, and the sum is rounded to bf16 once as it is stored."
 why = """

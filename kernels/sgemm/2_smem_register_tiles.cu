@@ -1,5 +1,6 @@
 /*
 title = "128x128x8 shared-memory tiles, float4 global loads, an 8x8 register micro-tile"
+builds_on = 1
 changed = "256 threads compute a 128x128 block of C, each an 8x8 sub-block in registers; 128x8 slices of A and 8x128 slices of B are staged in shared memory with float4 loads."
 why = """
 Each element staged in shared memory is now used by 16 threads, and each value a thread loads

@@ -1,5 +1,6 @@
 /*
 title = "A transposed in shared memory, split 4x4 micro-tiles: conflict-free 128-bit fragment loads"
+builds_on = 2
 changed = "A's slice is stored transposed (As[k][row], rows padded by 4) and each thread's 8x8 outputs are four 4x4 quadrants 64 rows and 64 columns apart, so all fragment loads are float4 and no warp hits a bank twice."
 why = """
 With As[k][row], a thread's 8 A values for one k are two float4 loads instead of 8 scalar ones:

@@ -1,5 +1,6 @@
 /*
 title = "Double buffering: shared-memory tiles and register fragments"
+builds_on = 3
 changed = "Two shared buffers: slice t+1 is fetched into registers while slice t is computed and stored into the idle buffer (one barrier per slice instead of two); the fragments of step k+1 are loaded into a second register set while step k's 64 FMAs run."
 why = """
 In version 3 every slice waits: load from global memory, barrier, compute, barrier. Here the

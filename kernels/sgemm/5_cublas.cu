@@ -1,5 +1,6 @@
 /*
 title = "cuBLAS SGEMM (the baseline)"
+builds_on = 0  # starts afresh
 changed = "The same product through cublasGemmStridedBatchedEx with FP32 compute (TF32 only if tf32 = 1)."
 why = """
 The bar the hand-written versions are measured against: NVIDIA's FP32 kernels, tuned per

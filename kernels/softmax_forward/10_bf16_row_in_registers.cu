@@ -1,5 +1,6 @@
 /*
 title = "The bf16 row held in registers, packed: two rows per SM"
+builds_on = 8
 precision = "bf16"
 changed = "Version 8's register cache at bf16, kept packed: each thread loads its K slots of eight bf16 (four registers each) once, all loads up front with evict-first hints; takes an exact max over them in bf16 pairs; sums exp(x - max) from the widened values; after the block merge widens the same registers again and writes exp(x - M) / S. No second read of the row. Slots past the row hold -inf, so the max and the sum need no test. At 128 and 256 threads two blocks share an SM."
 why = """

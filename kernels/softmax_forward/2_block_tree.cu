@@ -1,5 +1,6 @@
 /*
 title = "A block per row, shared-memory tree reductions"
+builds_on = 1
 changed = "A whole block shares a row: each thread takes a strided slice, and the max and the sum are combined by halving trees in shared memory."
 why = """
 Consecutive threads now read consecutive addresses, so each warp's load is one coalesced

@@ -1,5 +1,6 @@
 /*
 title = "A warp per row, shuffle reductions"
+builds_on = 2
 changed = "Each warp owns a row and reduces with __shfl_xor_sync (registers) instead of a shared-memory tree; several independent warps per block."
 why = """
 A warp's 32 lanes read 32 consecutive floats (coalesced), and a warp reduction needs neither

@@ -1,5 +1,6 @@
 /*
 title = "A block per row: warp shuffles, then shared memory across warps"
+builds_on = 3
 changed = "Back to a block per row, but each reduction is two-level: shuffles inside every warp, then one shared-memory slot per warp combined by a final shuffle."
 why = """
 Version 3 gives a 200 KB row to 32 lanes; a block of up to 1024 threads spreads it so each

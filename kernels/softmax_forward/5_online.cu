@@ -1,5 +1,6 @@
 /*
 title = "Online softmax: the maximum and the sum in one pass"
+builds_on = 4
 changed = "Each thread keeps a running maximum and a running sum rescaled whenever the maximum grows, so the max pass disappears; the block then reduces the maxima and the rescaled sums."
 why = """
 Versions 2-4 read the row three times: max, sum, write. The sum of exp(x - m) does not need the

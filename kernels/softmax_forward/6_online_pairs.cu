@@ -1,5 +1,6 @@
 /*
 title = "Online softmax with (max, sum) pairs merged in a single reduction"
+builds_on = 5
 changed = "The two block reductions become one: threads, then warps, merge (max, sum) pairs with the online rule. The per-element update pays one exp unless the maximum grows."
 why = """
 Version 5 reduces twice (maxima, then rescaled sums): two rounds of shuffles and four

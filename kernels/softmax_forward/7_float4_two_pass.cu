@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads from the row's first 16-byte boundary, unrolled, streaming second pass"
+builds_on = 6
 changed = "The row is split into a scalar head up to the first 16-byte boundary, a float4 body and a scalar tail; each thread issues 4 float4 loads before using any; the second pass reads with __ldcs and writes with __stcs."
 why = """
 One load instruction now moves 16 bytes instead of 4, and four independent loads per thread are in

@@ -1,5 +1,6 @@
 /*
 title = "The row held in registers: one read, one write"
+builds_on = 7
 changed = "Each thread loads its float4 slots of the row into registers once (all loads issued up front), exponentiates them in place against its own maximum, and after the block merge only scales and stores them; no second read."
 why = """
 Version 7 still reads every row twice and counts on L2 for the second read. An SM has 256 KB of

@@ -1,5 +1,6 @@
 /*
 title = "bf16 in and out: version 7's two passes at half the bytes"
+builds_on = 7
 precision = "bf16"
 changed = "inp and out are bf16: each row's body moves eight values (16 bytes) per access from the row's first 16-byte boundary, widened to float for the online (max, sum) pair and the exp, rounded once to bf16 on the store; the pair is folded eight values at a time."
 why = """

@@ -1,5 +1,6 @@
 /*
 title = "One thread per score of the lower triangle"
+builds_on = 0  # starts afresh
 changed = "A hand-written kernel reading qkv directly (no permute): thread (t, t2) of head blockIdx.y computes one dot product; threads above the diagonal exit at once."
 why = """
 No copy and no upper triangle: half the output bytes of version 1. But each thread reads its own

@@ -1,5 +1,6 @@
 /*
 title = "Register blocking: a 4 x 4 block of scores per thread"
+builds_on = 2
 changed = "Each thread computes 4 rows x 4 columns of scores; a 16 x 16 block covers a 64 x 64 tile, and tiles wholly above the diagonal exit at once."
 why = """
 For each channel d a thread loads 4 values of q and 4 of k and does 16 FMAs with them: 2 FMAs

@@ -1,5 +1,6 @@
 /*
 title = "Shared-memory tiles, 128-bit loads and stores, only the lower-triangle tiles launched"
+builds_on = 3
 changed = "A block stages 64 rows of q and 64 of k in shared memory (transposed, HS in chunks of 32) with float4 loads; each thread computes 4 x 4 scores from 128-bit shared loads and stores them as float4. The grid enumerates only the tiles on or below the diagonal."
 why = """
 Global loads now happen once per tile instead of once per thread: each q and k value is read

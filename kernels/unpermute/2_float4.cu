@@ -1,5 +1,6 @@
 /*
 title = "128-bit loads and stores, streaming hints"
+builds_on = 1
 changed = "Each thread moves one float4 instead of one float; blockIdx.y names the sequence b, so the index arithmetic stays in 32 bits."
 why = """
 With HS % 4 == 0 a head's row splits into aligned float4s on both sides: a quarter of the

@@ -1,5 +1,6 @@
 /*
 title = "Written from the input's side: reads in one sequential stream, 16-byte units"
+builds_on = 2
 changed = "Version 2 has a thread per float4 of the output, so its warps read runs of one head's row (HS floats) from rows T * HS floats apart and write one contiguous run. Here a thread per 16-byte unit of the input, in the input's order: a warp reads 512 contiguous bytes, as a copy does, and its stores land in runs of one head's row (256 bytes at HS = 64), C floats apart. The function that moves a unit sits beside permute 4's in kernels/common/permute_units.cuh."
 why = """
 permute 4's argument, turned around: a permute scatters either its reads or its writes, and the

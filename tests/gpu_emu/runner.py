@@ -152,6 +152,7 @@ def build(version: Version, sanitize: bool = True, extra: str = "") -> Path:
     key_parts = [src, version.path.read_text(), str(sanitize)]
     key_parts += [p.read_text() for p in sorted(HERE.glob("*.h"))]
     key_parts += [p.read_text() for p in sorted(common.glob("*.cuh"))]
+    key_parts += [p.read_text() for p in sorted(version.path.parent.glob("*.cuh"))]  # the family's own
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:24]
     exe = CACHE / f"{version.family.name}_{version.number}_{key}"
     if exe.exists():

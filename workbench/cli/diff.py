@@ -1,10 +1,11 @@
 """Diff: two versions of a family side by side, for a reader walking the course.
 
-`workbench diff FAMILY A B` prints each version's story (its header, as `workbench show` presents
-it), then a unified diff of the two files (the whole text: the header's TOML and the code), each
-line numbered on both sides, then the local headers either version includes (`#include "..."`
-from the family's folder or kernels/common/, directly or through another header): the same text
-is listed as "same", one only a version includes as such, a changed one is diffed the same way.
+`workbench diff FAMILY A B` (or `FAMILY B`: A is then the version B builds on) prints each version's
+story (its header, as `workbench show` presents it), then a unified diff of the two files (the whole
+text: the header's TOML and the code), each line numbered on both sides, then the local headers
+either version includes (`#include "..."` from the family's folder or kernels/common/, directly or
+through another header): the same text is listed as "same", one only a version includes as such, a
+changed one is diffed the same way.
 `--stat` prints only the counts, as `git diff --stat` does.
 
 Lines are never wrapped or cut at the terminal's width (a version's prose and long code lines stay
@@ -124,11 +125,19 @@ class Comparison:
             return str(path)
 
 
-def compare(project: Project, family: str, a: str, b: str) -> Comparison:
+def compare(project: Project, family: str, a: str, b: str | None = None) -> Comparison:
     """The two versions' files and their helpers; one-line errors for an unknown family or version
-    (naming what exists) and for a version compared with itself."""
+    (naming what exists) and for a version compared with itself. Without `b`, `a` is compared
+    with the version it builds on (its header's builds_on)."""
     fam = project.family(family)
-    va, vb = fam.version(a), fam.version(b)
+    if b is None:
+        vb = fam.version(a)
+        if not vb.builds_on:
+            raise NothingToCompare(f"{vb.label} builds on no earlier version (no builds_on in its header): "
+                                   f"name the two versions to compare")
+        va = fam.version(vb.builds_on)
+    else:
+        va, vb = fam.version(a), fam.version(b)
     if va.number == vb.number:
         raise NothingToCompare(f"nothing to compare: version {va.number} with itself")
     ha, hb = helpers(va.path), helpers(vb.path)
@@ -222,7 +231,7 @@ def stat_lines(c: Comparison) -> list[Text]:
 @click.command("diff")
 @click.argument("family")
 @click.argument("a")
-@click.argument("b")
+@click.argument("b", required=False)
 @click.option("--context", "-U", default=3, show_default=True, type=click.IntRange(0),
               help="Lines of context around each change.")
 @click.option("--stat", is_flag=True, help="Only the counts: lines added and removed per file.")
@@ -231,10 +240,12 @@ def stat_lines(c: Comparison) -> list[Text]:
 def diff(project: Project, family, a, b, context, stat, no_color):
     """Two versions of a family side by side: each one's story, a numbered unified diff of the two
     files (header and code), then the local headers either includes (same, only in A or B, or
-    their diff). Long lines are never cut: page with `less -RS`.
+    their diff). Long lines are never cut: page with `less -RS`. Given one version, A is the
+    version it builds on (its header's builds_on).
 
     \b
     workbench diff layernorm_forward 3 4
+    workbench diff layernorm_forward 6         (A: the version 6 builds on)
     workbench diff gelu_forward 3 4 --stat
     """
     out = Console(highlight=False, color_system=None) if no_color else console
