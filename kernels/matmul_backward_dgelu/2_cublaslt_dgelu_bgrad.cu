@@ -1,5 +1,6 @@
 /*
 title = "cuBLASLt's DGELU_BGRAD epilogue for dpre and its column sums, a cuBLAS GEMM for dweight"
+builds_on = 1
 changed = "dpre = gelu'(pre) * (dout @ weight) and its column sums come out of one cuBLASLt matmul with the DGELU_BGRAD epilogue (pre read as its aux input); the sums, which cuBLASLt writes rather than adds, land in a scratch vector that a small kernel adds into dpre_bias; dweight += dout^T @ inp is matmul_backward 1's cuBLAS call with beta = 1."
 why = """
 Unfused (matmul_backward 1, gelu_backward 2, matmul_backward_bias 5) the input gradient is

@@ -1,5 +1,6 @@
 /*
 title = "bf16: version 2's DGELU_BGRAD matmul and dweight GEMM on the tensor cores"
+builds_on = 2
 precision = "bf16"
 changed = "Version 2's three steps with bf16 operands and fp32 accumulation: cuBLASLt's epilogue writes dpre and the column sums in bf16 (the bias gradient takes the output's type), the sums are added into dpre_bias in fp32 and rounded once, and dweight += dout^T @ inp runs as matmul_backward 2's bf16 GEMM."
 why = """

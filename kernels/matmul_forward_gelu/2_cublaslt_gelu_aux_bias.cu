@@ -1,5 +1,6 @@
 /*
 title = "cuBLASLt with bias and GELU in the epilogue, the GELU's input kept as aux"
+builds_on = 1
 changed = "One cuBLASLt matmul with the GELU_AUX_BIAS epilogue: each output tile gets the bias, is written to pre (cuBLASLt's aux output), then goes through the tanh GELU and is written to out, all from registers."
 why = """
 matmul_forward 5 followed by gelu_forward 2 writes pre (N*OC floats), reads it back and writes

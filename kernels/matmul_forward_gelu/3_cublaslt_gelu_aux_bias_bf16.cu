@@ -1,5 +1,6 @@
 /*
 title = "bf16 through cuBLASLt: tensor cores, fp32 accumulation, bias and GELU in the epilogue"
+builds_on = 2
 precision = "bf16"
 changed = "Version 2's call with every operand in bf16: the products run on the bf16 tensor cores and accumulate in fp32; the epilogue adds the bias, writes pre rounded to bf16, applies the GELU to the fp32 value and writes out rounded to bf16."
 why = """
