@@ -50,7 +50,8 @@ def test_the_listed_sizes_are_ones_the_version_takes():
         for v in fam.versions:
             for table in v.emulate:
                 for sizes in table.sizes:
-                    assert not v.unmet(sizes), f"{v.path.name}: [[emulate]] lists {fam.format_sizes(sizes)}: {v.unmet(sizes)}"
+                    assert not v.unmet(sizes), \
+                        f"{v.path.name}: [[emulate]] lists {fam.format_sizes(sizes)}: {v.unmet(sizes)}"
 
 
 def test_cases_are_many_and_distinct():

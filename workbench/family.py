@@ -689,12 +689,14 @@ def _emulate(tables: list, family: "Family", block_sizes: tuple, where: str) -> 
             raise ContractError(f"{w}: runs is empty")
         sizes = _want(t, "sizes", list, w, ["test"])
         if not sizes or sizes.count("test") > 1:
-            raise ContractError(f'{w}: sizes must list size tables and at most once "test" (the family\'s test sizes)')
-        tables = tuple(_sizes_table(s, family.sizes, f"{w} sizes") for s in sizes if s != "test")
+            raise ContractError(f'{w}: sizes must list size tables and at most once "test" '
+                                f"(the family's test sizes)")
+        listed = tuple(_sizes_table(s, family.sizes, f"{w} sizes") for s in sizes if s != "test")
         when = _want(t, "when", str, w, None)
         if when is not None and (unknown := expr.names(when) - set(family.sizes) - set(family.derived)):
             raise ContractError(f"{w}: when {when!r} uses unknown name(s) {', '.join(sorted(unknown))}")
-        out.append(EmulatorCases("test" in sizes, tables, when, tuple(_emulator_run(r, block_sizes, w) for r in runs)))
+        runs = tuple(_emulator_run(r, block_sizes, w) for r in runs)
+        out.append(EmulatorCases("test" in sizes, listed, when, runs))
     return tuple(out)
 
 
