@@ -67,20 +67,6 @@ def nvcc():
     return path
 
 
-def emulator_cases(project, versions, extra=()):
-    """pytest params (family, number, sizes): each (family, number) in `versions` at its family's
-    test sizes and the `extra` ones (a list, or a dict of lists by family name), where its
-    preconditions hold; ids say which."""
-    out = []
-    for name, number in versions:
-        v = project.family(name).version(number)
-        more = extra.get(name, []) if isinstance(extra, dict) else extra
-        for sizes in [*v.family.test_sizes, *more]:
-            if not v.unmet(sizes):
-                out.append(pytest.param(name, number, sizes, id=f"{name}-{number}-{v.family.format_sizes(sizes)}"))
-    return out
-
-
 # -- processes a test starts: each with a deadline, killed with everything it started --------------------
 TAG = "WORKBENCH_TEST_TAG"
 

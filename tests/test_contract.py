@@ -121,3 +121,43 @@ def test_version_preconditions_are_reported_not_ignored():
     v6 = fam.version(6)
     assert v6.unmet({"B": 1, "T": 1, "C": 37}) == ["C % 4 == 0"]
     assert v6.unmet({"B": 8, "T": 1024, "C": 768}) == []
+
+
+def with_emulate(tables: str) -> str:
+    return GOOD_VERSION.replace("*/", textwrap.dedent(tables) + "*/")
+
+
+def test_an_emulate_table_gives_its_runs_and_sizes(tmp_path):
+    v = make_project(tmp_path, versions={"1_plain.cu": with_emulate("""
+        [[emulate]]
+        runs = ["seed=2 EARLY SHUFFLE order=5 sms=1 sched_seed=3"]
+        [[emulate]]
+        sizes = ["test", { N = 7 }]
+        when = "N > 3"
+        runs = ["bs=128"]
+        """)}).family("scale").version(1)
+    first, second = v.emulate
+    assert first.test_sizes and first.sizes == () and first.when is None
+    (run,) = first.runs
+    assert (run.block_size, run.seed, run.mode, run.sched, run.order, run.sms, run.sched_seed) == \
+        (128, 2, "EARLY", "SHUFFLE", 5, 1, 3)
+    assert second.test_sizes and second.sizes == ({"N": 7},) and second.when == "N > 3"
+    assert (second.runs[0].seed, second.runs[0].mode, second.runs[0].sched, second.runs[0].sms) == (0, "LATE", "PRIORITY", 132)
+
+
+@pytest.mark.parametrize("table, message", [
+    ('runs = ["seed=1 FAST"]', "unknown word 'FAST'"),
+    ('runs = ["bs=256"]', "block size 256 is not in block_sizes"),
+    ('runs = ["seed=1 seed=2"]', "gives its seed twice"),
+    ('runs = ["LATE EARLY"]', "gives its mode twice"),
+    ('runs = []', "runs is empty"),
+    ('sizes = [{ M = 3 }]\nruns = ["seed=0"]', "expected positive integers for exactly N"),
+    ('sizes = ["test", "test"]\nruns = ["seed=0"]', 'at most once "test"'),
+    ('when = "M > 1"\nruns = ["seed=0"]', "unknown name(s) M"),
+    ('runs = ["seed=0"]\nblocks = 2', "unknown key(s) blocks"),
+])
+def test_a_bad_emulate_table_is_refused_in_one_line(tmp_path, table, message):
+    project = make_project(tmp_path, versions={"1_plain.cu": with_emulate("[[emulate]]\n" + table + "\n")})
+    with pytest.raises(ContractError) as e:
+        project.family("scale").version(1)
+    assert message in str(e.value) and "\n" not in str(e.value) and "emulate[0]" in str(e.value)

@@ -101,6 +101,34 @@ class Scratch:
 
 
 @dataclass(frozen=True)
+class EmulatorRun:
+    """One run of a version on the CPU SIMT emulator (tests/gpu_emu): the seed its case is drawn
+    with, the block size, when cp.async copies land (LATE: at their wait; EARLY: at issue), the
+    warp scheduler (PRIORITY: one warp races ahead; SHUFFLE: warps in step, shuffled by
+    `sched_seed`), the block order (0: index order; else a seed for a shuffled one) and the
+    multiprocessor count launch expressions see."""
+
+    block_size: int | None
+    seed: int = 0
+    mode: str = "LATE"
+    sched: str = "PRIORITY"
+    order: int = 0
+    sms: int = 132
+    sched_seed: int = 1
+
+
+@dataclass(frozen=True)
+class EmulatorCases:
+    """A header's [[emulate]] table: each of its runs at each of its sizes (the family's test
+    sizes the version takes if `test_sizes`, and `sizes`) where `when` holds."""
+
+    test_sizes: bool
+    sizes: tuple[dict[str, int], ...]
+    when: str | None
+    runs: tuple[EmulatorRun, ...]
+
+
+@dataclass(frozen=True)
 class Precision:
     """A precision the family supports besides fp32: which arguments change element type (the
     rest keep theirs: e.g. a bf16 layernorm still writes fp32 mean and rstd), the tolerance of
@@ -159,6 +187,8 @@ class Version:
     # The version this one builds on (its story is told against it; `workbench diff` compares
     # with it by default); 0 for a version that starts afresh, None where the header says nothing.
     builds_on: int | None = None
+    # The cases tests/test_emulator.py runs on the CPU SIMT emulator (kernels/README.md).
+    emulate: tuple[EmulatorCases, ...] = ()
 
     @property
     def label(self) -> str:
@@ -562,7 +592,7 @@ def load_version(family: Family, number: int, path: Path) -> Version:
     where = str(path)
     h = parse_header(path)
     _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
-                  "tolerance", "derived", "precision", "deterministic", "variant", "builds_on"}, where)
+                  "tolerance", "derived", "precision", "deterministic", "variant", "builds_on", "emulate"}, where)
     precision = _want(h, "precision", str, where, "fp32")
     if precision != "fp32" and precision not in family.precisions:
         raise ContractError(f"{where}: precision {precision!r} is not one the family's contract lists "
@@ -617,7 +647,8 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         block_sizes=tuple(block_sizes) or (None,), scratch=tuple(scratch), steps=tuple(steps),
         atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived, precision=precision,
         deterministic=_want(h, "deterministic", bool, where, True), variant=_want(h, "variant", str, where, None),
-        builds_on=_builds_on(h, family, number, where))
+        builds_on=_builds_on(h, family, number, where),
+        emulate=_emulate(_want(h, "emulate", list, where, []), family, tuple(block_sizes) or (None,), where))
     known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES | set(derived)
     texts = [*v.preconditions, *(s.size for s in scratch), *derived.values()]
     for st in steps:
@@ -632,6 +663,60 @@ def load_version(family: Family, number: int, path: Path) -> Version:
             raise ContractError(f"{where}: expression {text!r} uses unknown name(s) "
                                 f"{', '.join(sorted(unknown))}")
     return v
+
+
+RUN_WORDS = {"LATE": ("mode", "LATE"), "EARLY": ("mode", "EARLY"),
+             "PRIORITY": ("sched", "PRIORITY"), "SHUFFLE": ("sched", "SHUFFLE")}
+RUN_NUMBERS = {"bs": "block_size", "seed": "seed", "order": "order", "sms": "sms", "sched_seed": "sched_seed"}
+
+
+def _emulator_run(text: Any, block_sizes: tuple, where: str) -> EmulatorRun:
+    """'bs=128 seed=1 EARLY SHUFFLE order=5 sms=1 sched_seed=2' (any order, defaults omitted)."""
+    if not isinstance(text, str):
+        raise ContractError(f"{where}: a run is a string like 'bs=128 seed=0 LATE PRIORITY', got {text!r}")
+    fields: dict[str, Any] = {}
+    for word in text.split():
+        key, _, value = word.partition("=")
+        if word in RUN_WORDS:
+            name, value = RUN_WORDS[word]
+        elif key in RUN_NUMBERS and value.isdigit():
+            name, value = RUN_NUMBERS[key], int(value)
+        else:
+            raise ContractError(f"{where}: run {text!r}: unknown word {word!r} (bs=N, seed=N, order=N, sms=N, "
+                                f"sched_seed=N, LATE or EARLY, PRIORITY or SHUFFLE)")
+        if name in fields:
+            raise ContractError(f"{where}: run {text!r} gives its {name} twice")
+        fields[name] = value
+    fields.setdefault("block_size", block_sizes[0])
+    if fields["block_size"] not in block_sizes:
+        raise ContractError(f"{where}: run {text!r}: block size {fields['block_size']} is not in block_sizes")
+    return EmulatorRun(**fields)
+
+
+def _emulate(tables: list, family: "Family", block_sizes: tuple, where: str) -> tuple[EmulatorCases, ...]:
+    """The header's [[emulate]] tables: runs = [...], and optionally sizes = [...] (size tables,
+    and "test" for the family's test sizes; default ["test"]) and when = "an expression of the
+    sizes"."""
+    out = []
+    for i, t in enumerate(tables):
+        w = f"{where} emulate[{i}]"
+        if not isinstance(t, dict):
+            raise ContractError(f"{w}: expected a table ([[emulate]])")
+        _no_extra(t, {"sizes", "when", "runs"}, w)
+        runs = _want(t, "runs", list, w)
+        if not runs:
+            raise ContractError(f"{w}: runs is empty")
+        sizes = _want(t, "sizes", list, w, ["test"])
+        if not sizes or sizes.count("test") > 1:
+            raise ContractError(f'{w}: sizes must list size tables and at most once "test" '
+                                f"(the family's test sizes)")
+        listed = tuple(_sizes_table(s, family.sizes, f"{w} sizes") for s in sizes if s != "test")
+        when = _want(t, "when", str, w, None)
+        if when is not None and (unknown := expr.names(when) - set(family.sizes) - set(family.derived)):
+            raise ContractError(f"{w}: when {when!r} uses unknown name(s) {', '.join(sorted(unknown))}")
+        runs = tuple(_emulator_run(r, block_sizes, w) for r in runs)
+        out.append(EmulatorCases("test" in sizes, listed, when, runs))
+    return tuple(out)
 
 
 ARG_TYPES = {"i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f32": "f", "f64": "d"}

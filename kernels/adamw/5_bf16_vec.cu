@@ -30,6 +30,9 @@ kernel = "adamw5"
 grid = "cdiv(cdiv(N, 4), block_size)"
 block = "block_size"
 args = ["params", "grads", "m", "v", "params_bf16", "hp", "norm2", "N", "max_norm"]
+
+[[emulate]]
+runs = ["bs=64 seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE"]
 */
 #include <stdint.h>
 #include "bf16.cuh"  // bf16, to_float/to_bf16

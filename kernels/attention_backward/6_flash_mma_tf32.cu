@@ -53,6 +53,9 @@ grid = ["B * NH", "cdiv(T, 64)"]
 block = 128
 shared = "4 * (5 * 64 * 68 + 2 * 64)"
 args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
+
+[[emulate]]
+runs = ["seed=0 PRIORITY"]
 */
 
 #include "mma.cuh"  // mma_tf32_1688, ldmatrix_x4, cp_async_*, to_tf32

@@ -66,6 +66,13 @@ kernel = "attention_backward7_dq"
 grid = "cdiv(B * T * C, 8 * 256)"
 block = 256
 args = ["dqkv", "dq", "B * T", "C", "1.0 / sqrt(HS)"]
+
+[[emulate]]
+runs = ["bs=128 seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 100, NH = 3, HS = 16 }]
+runs = ["bs=256 seed=1 EARLY SHUFFLE"]
 */
 
 #include "attention_backward_bf16.cuh"  // load_tile_async, key_pair, mma_ab, store_a_smem, store_rows, dot_rows

@@ -68,6 +68,13 @@ grid = ["B * NH", "cdiv(T, 128)"]
 block = 256
 shared = "2 * 72 * (2 * 128 + 4 * 64)"
 args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
+
+[[emulate]]
+runs = ["bs=128 seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 100, NH = 3, HS = 16 }]
+runs = ["bs=256 seed=1 EARLY SHUFFLE"]
 */
 
 #include "attention_backward_bf16.cuh"  // load_tile_async, load_a16, key_pair, mma_abt, mma_ab, acc_to_a, store_rows, dot_rows

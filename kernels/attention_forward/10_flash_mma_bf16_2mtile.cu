@@ -76,6 +76,15 @@ grid = ["B * NH", "cdiv(T, 64)"]
 block = 128
 shared = "2 * (64 + 2 * 2 * 64) * (128 + 8)"
 args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
+
+[[emulate]]
+runs = ["seed=0 PRIORITY", "seed=1 EARLY SHUFFLE sched_seed=2", "seed=2 SHUFFLE order=5 sched_seed=3"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 300, NH = 1, HS = 64 }, { B = 1, T = 256, NH = 2, HS = 32 },
+  { B = 1, T = 200, NH = 1, HS = 128 }, { B = 2, T = 128, NH = 1, HS = 64 },
+  { B = 1, T = 70, NH = 2, HS = 96 }, { B = 1, T = 140, NH = 1, HS = 24 }]
+runs = ["seed=0 PRIORITY", "seed=1 EARLY SHUFFLE sched_seed=2"]
 */
 
 #include "attention_fwd_mma.cuh"  // stage_rows, the fragment maps, softmax_tile, pv, store_rows

@@ -25,6 +25,14 @@ kernel = "encoder_backward10"
 grid = "cdiv(T * (C // 4), block_size)"
 block = "block_size"
 args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V"]
+
+[[emulate]]
+when = "V * C <= 1000000"
+runs = ["bs=128 seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 7, C = 1600, V = 50257 }]
+runs = ["bs=512 seed=1 SHUFFLE"]
 */
 #include "encoder_backward_atomic.cuh"  // version 7's kernel body; PREFETCH = true adds the prefetches
 

@@ -46,6 +46,14 @@ grid = "cdiv(T * CU, UB)"
 block = "block_size"
 shared = "shared_bytes"
 args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V", "UB", "PB", "ilog2(HS)", "IDS"]
+
+[[emulate]]
+when = "V * C <= 1000000"
+runs = ["bs=128 seed=0 PRIORITY", "bs=384 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 7, C = 1600, V = 50257 }]
+runs = ["bs=384 seed=1 SHUFFLE"]
 */
 #include "bf16.cuh"                        // bf16, Pack8
 #include "encoder_backward_fast.cuh"       // the one-pass kernel (ROWS: the tile of dwte and dwpe chunks)

@@ -40,6 +40,9 @@ kernel = "encoder_backward12"
 grid = "cdiv(T * (C // 8), block_size)"
 block = "block_size"
 args = ["dwte", "dwpe", "dout", "inp", "role", "plan", "partial", "B", "T", "C", "V"]
+
+[[emulate]]
+runs = ["bs=128 seed=0 PRIORITY", "bs=256 seed=1 PRIORITY order=5"]
 */
 #include "bf16.cuh"         // Pack8, load8, store8, to_float, to_bf16
 #include "l2_prefetch.cuh"  // prefetch_l2_line: a lone position's dwte line asked of L2 early

@@ -53,6 +53,9 @@ grid = "G + dwpe_blocks"
 block = "block_size"
 shared = "shared_bytes"
 args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V", "ilog2(G)"]
+
+[[emulate]]
+runs = ["bs=64 seed=0 PRIORITY", "bs=64 seed=1 PRIORITY"]
 */
 
 #include "token_partition.cuh"  // the partition, the counting sort and the fixed-order sums

@@ -52,6 +52,9 @@ grid = "G + dwpe_blocks"
 block = "block_size"
 shared = "shared_bytes"
 args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V", "ilog2(G)"]
+
+[[emulate]]
+runs = ["bs=64 seed=0 PRIORITY", "bs=64 seed=1 PRIORITY"]
 */
 #include "bf16.cuh"  // bf16, Pack8 (eight bf16 in 16 bytes) with load8/store8, to_float/to_bf16
 #include "token_partition.cuh"  // version 5's partition, counting sort and fixed-order fp32 sums

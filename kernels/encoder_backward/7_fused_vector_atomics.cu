@@ -41,6 +41,14 @@ when = "C % 4 != 0"
 grid = "cdiv(T * C, block_size)"
 block = "block_size"
 args = ["dwte", "dwpe", "dout", "inp", "B", "T", "C", "V"]
+
+[[emulate]]
+when = "V * C <= 1000000"
+runs = ["bs=128 seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 7, C = 1600, V = 50257 }]
+runs = ["bs=512 seed=1 SHUFFLE"]
 */
 
 #include "encoder_backward_atomic.cuh"  // the vec4 kernel's body (shared with version 10), BGROUP

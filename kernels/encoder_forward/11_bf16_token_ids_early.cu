@@ -20,6 +20,12 @@ kernel = "encoder_forward11"
 grid = "cdiv(N * C // 8, block_size)"
 block = "block_size"
 args = ["out", "inp", "wte", "wpe", "B", "T", "C", "V"]
+
+[[emulate]]
+sizes = ["test", { B = 1, T = 3, C = 8, V = 7 }, { B = 3, T = 5, C = 16, V = 100 },
+  { B = 2, T = 9, C = 784, V = 50 }, { B = 5, T = 67, C = 64, V = 300 }]
+runs = ["bs=64 seed=0 PRIORITY sms=1", "bs=128 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY sms=1",
+  "bs=512 seed=0 SHUFFLE", "bs=1024 seed=1 PRIORITY sms=1"]
 */
 #include "bf16.cuh"         // bf16, Pack8, load8/store8_stream, to_float/to_bf16
 #include "l2_prefetch.cuh"  // prefetch_l2_ints: inp asked of L2 in one instruction (sm_90)

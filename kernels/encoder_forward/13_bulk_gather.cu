@@ -32,6 +32,12 @@ grid = "min(cdiv(N, R), SMS * max(1, 233472 // (shared_bytes + 1024)))"
 block = "block_size"
 shared = "shared_bytes"
 args = ["out", "inp", "wte", "wpe", "N", "T", "C", "V", "R", "S"]
+
+[[emulate]]
+sizes = ["test", { B = 1, T = 3, C = 8, V = 7 }, { B = 3, T = 5, C = 16, V = 100 },
+  { B = 2, T = 9, C = 784, V = 50 }, { B = 5, T = 67, C = 64, V = 300 }]
+runs = ["bs=128 seed=0 PRIORITY sms=1", "bs=256 seed=1 SHUFFLE", "bs=512 seed=2 PRIORITY sms=1",
+  "bs=1024 seed=0 SHUFFLE"]
 */
 #include "encoder_forward_bulk.cuh"  // the ring of tiles, filled by bulk copies (sm_90)
 

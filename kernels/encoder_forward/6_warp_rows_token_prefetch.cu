@@ -33,6 +33,12 @@ kernel = "encoder_forward6"
 grid = "min(cdiv(N, block_size // 32), SMS * (1024 // block_size))"
 block = "block_size"
 args = ["out", "inp", "wte", "wpe", "N", "T", "C", "V"]
+
+[[emulate]]
+sizes = ["test", { B = 5, T = 33, C = 784, V = 100 }, { B = 3, T = 5, C = 8, V = 7 },
+  { B = 2, T = 2, C = 4104, V = 3 }]
+runs = ["bs=64 seed=0 PRIORITY sms=1", "bs=128 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY sms=1",
+  "bs=512 seed=0 SHUFFLE"]
 */
 
 // float4 per lane per chunk: a chunk is 32 x 6 x 4 = 768 floats, GPT-2 124M's whole row.

@@ -33,6 +33,12 @@ kernel = "encoder_forward7"
 grid = "min(cdiv(cdiv(B, 2) * T, block_size // 32), SMS * (1024 // block_size))"
 block = "block_size"
 args = ["out", "inp", "wte", "wpe", "B", "T", "C", "V"]
+
+[[emulate]]
+sizes = ["test", { B = 5, T = 33, C = 784, V = 100 }, { B = 3, T = 5, C = 8, V = 7 },
+  { B = 2, T = 2, C = 4104, V = 3 }]
+runs = ["bs=64 seed=0 PRIORITY sms=1", "bs=128 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY sms=1",
+  "bs=512 seed=0 SHUFFLE"]
 */
 #include "stream_vec.cuh"  // Word8 (eight bf16 as an int4), ld/st_word8*, widen8, round8
 

@@ -35,6 +35,13 @@ kernel = "encoder_forward8"
 grid = "cdiv(cdiv(B, 8) * T * C // 4, block_size)"
 block = "block_size"
 args = ["out", "inp", "wte", "wpe", "B", "T", "C", "V"]
+
+[[emulate]]
+sizes = ["test", { B = 13, T = 33, C = 784, V = 100 }, { B = 6, T = 5, C = 8, V = 7 },
+  { B = 23, T = 2, C = 12, V = 5 }, { B = 8, T = 3, C = 4, V = 3 }, { B = 17, T = 9, C = 40, V = 13 }]
+runs = ["bs=64 seed=0 PRIORITY", "bs=64 seed=1 SHUFFLE", "bs=64 seed=2 PRIORITY", "bs=128 seed=0 SHUFFLE",
+  "bs=128 seed=1 PRIORITY", "bs=128 seed=2 SHUFFLE", "bs=256 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE",
+  "bs=256 seed=2 PRIORITY"]
 */
 
 // Sequences a thread moves: 8 float4 of wte in flight per thread, the default B's whole batch.

@@ -65,6 +65,19 @@ grid = "groups"
 block = "block_size"
 shared = "4 * (128 + 2 * C * row_slots)"
 args = ["dinp", "dweight", "dbias", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
+
+[[emulate]]
+when = "B * T * C <= 250000"
+runs = ["bs=128 seed=1 SHUFFLE", "bs=192 seed=1 SHUFFLE", "bs=384 seed=1 SHUFFLE",
+  "bs=128 seed=0 PRIORITY", "bs=192 seed=0 PRIORITY", "bs=384 seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 300, C = 1600 }]
+runs = ["bs=128 seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 3, T = 1001, C = 100 }]
+runs = ["bs=192 seed=0 PRIORITY"]
 */
 
 #include "layernorm_backward_rows.cuh"  // the row pass and the block's column sums

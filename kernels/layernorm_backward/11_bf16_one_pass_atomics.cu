@@ -65,6 +65,19 @@ grid = "groups"
 block = "block_size"
 shared = "4 * (128 + 2 * C * row_slots)"
 args = ["dinp", "dweight", "dbias", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
+
+[[emulate]]
+when = "B * T * C <= 250000"
+runs = ["bs=128 seed=0 PRIORITY", "bs=192 seed=0 PRIORITY", "bs=384 seed=0 PRIORITY",
+  "bs=128 seed=1 SHUFFLE", "bs=192 seed=1 SHUFFLE", "bs=384 seed=1 SHUFFLE"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 300, C = 1600 }]
+runs = ["bs=384 seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 4, T = 33, C = 768 }]
+runs = ["bs=128 seed=2 SHUFFLE order=1", "bs=128 seed=2 SHUFFLE order=2"]
 */
 
 #include "last_block_reduce.cuh"          // took_last_ticket: fence, barrier, ticket

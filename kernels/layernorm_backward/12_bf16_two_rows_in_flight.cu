@@ -66,6 +66,24 @@ grid = "groups"
 block = "block_size"
 shared = "4 * (2 * C * row_slots + 128 + C) + 1536 * warps_per_row"
 args = ["dinp", "dweight", "dbias", "dout", "inp", "weight", "mean", "rstd", "N", "C"]
+
+[[emulate]]
+runs = ["bs=128 seed=0 PRIORITY", "bs=128 seed=1 SHUFFLE", "bs=128 seed=2 SHUFFLE",
+  "bs=192 seed=0 PRIORITY", "bs=192 seed=1 SHUFFLE", "bs=192 seed=2 SHUFFLE", "bs=384 seed=0 PRIORITY",
+  "bs=384 seed=1 SHUFFLE", "bs=384 seed=2 SHUFFLE"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 7, C = 1600 }]
+runs = ["bs=192 seed=2 SHUFFLE order=1", "bs=192 seed=2 SHUFFLE order=2"]
+
+[[emulate]]
+sizes = [{ B = 4, T = 33, C = 768 }]
+runs = ["bs=128 seed=2 SHUFFLE order=1", "bs=128 seed=2 SHUFFLE order=2"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 37, C = 768 }, { B = 1, T = 25, C = 776 }, { B = 1, T = 31, C = 1536 },
+  { B = 1, T = 25, C = 2304 }, { B = 3, T = 9, C = 8 }]
+runs = ["bs=128 seed=0 PRIORITY sms=1", "bs=192 seed=1 SHUFFLE sms=1", "bs=384 seed=2 PRIORITY sms=1"]
 */
 
 #include "last_block_reduce.cuh"  // took_last_ticket (fence, barrier, ticket), add4

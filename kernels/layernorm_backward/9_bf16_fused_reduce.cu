@@ -58,6 +58,10 @@ grid = "groups"
 block = "block_size"
 shared = "block_size * C // 4"
 args = ["dinp", "dweight", "dbias", "partial", "team_sums", "tickets", "dout", "inp", "weight", "mean", "rstd", "N", "C", "team_size"]
+
+[[emulate]]
+runs = ["bs=64 seed=0 PRIORITY", "bs=64 seed=1 SHUFFLE", "bs=128 seed=0 PRIORITY", "bs=128 seed=1 SHUFFLE",
+  "bs=256 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE"]
 */
 
 #include "last_block_reduce.cuh"  // version 8's tickets and in-order sums of the partial rows

@@ -54,6 +54,11 @@ grid = "min(cdiv(N, 2 * (block_size // 32)), SMS * (512 // block_size))"
 block = "block_size"
 shared = "4 * C"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
+
+[[emulate]]
+sizes = ["test", { B = 3, T = 5, C = 8 }, { B = 7, T = 33, C = 760 }, { B = 5, T = 33, C = 776 },
+  { B = 2, T = 37, C = 1024 }, { B = 2, T = 9, C = 2048 }]
+runs = ["bs=64 seed=0 PRIORITY sms=1", "bs=128 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY sms=1"]
 */
 
 #include "reduce.cuh"      // warp_sum: every lane gets the warp's total

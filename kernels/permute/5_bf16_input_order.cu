@@ -19,6 +19,11 @@ kernel = "permute5"
 grid = "cdiv(3 * N // 8, block_size)"
 block = "block_size"
 args = ["q", "k", "v", "inp", "T", "NH", "HS // 8", "3 * N // 8"]
+
+[[emulate]]
+sizes = ["test", { B = 1, T = 1, NH = 1, HS = 8 }, { B = 3, T = 5, NH = 2, HS = 8 },
+  { B = 2, T = 17, NH = 25, HS = 16 }, { B = 1, T = 9, NH = 3, HS = 64 }]
+runs = ["bs=128 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE", "bs=512 seed=2 PRIORITY", "bs=1024 seed=0 SHUFFLE"]
 */
 #include "bf16.cuh"           // bf16
 #include "permute_units.cuh"  // permute_unit: one 16-byte unit, read in the input's order

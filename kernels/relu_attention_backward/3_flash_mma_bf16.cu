@@ -77,6 +77,21 @@ grid = ["B * NH", "cdiv(T, 64)"]
 block = 128
 shared = "2 * 136 * (2 * 64 + 4 * 32)"
 args = ["dqkv", "dout", "qkv", "T", "NH", "HS", "1.0 / sqrt(HS) / T"]
+
+[[emulate]]
+runs = ["bs=128 seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 3, NH = 3, HS = 5 }, { B = 1, T = 37, NH = 2, HS = 64 },
+  { B = 2, T = 100, NH = 3, HS = 16 }, { B = 1, T = 260, NH = 2, HS = 64 }]
+runs = ["bs=128 seed=1 SHUFFLE"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 1, NH = 2, HS = 64 }, { B = 1, T = 65, NH = 1, HS = 64 },
+  { B = 1, T = 130, NH = 1, HS = 16 }, { B = 1, T = 70, NH = 1, HS = 37 },
+  { B = 1, T = 40, NH = 2, HS = 128 }, { B = 1, T = 97, NH = 1, HS = 72 },
+  { B = 1, T = 33, NH = 1, HS = 100 }]
+runs = ["bs=128 seed=0 PRIORITY", "bs=128 seed=2 SHUFFLE"]
 */
 
 #include "relu_attention_bwd_bf16.cuh"  // rb_load_tile, rb_abt, rb_ab, rb_to_a, rb_store

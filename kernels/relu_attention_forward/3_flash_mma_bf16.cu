@@ -71,6 +71,48 @@ grid = ["B * NH", "cdiv(T, 64)"]
 block = 128
 shared = "2 * 5 * 64 * (128 + 8)"
 args = ["out", "qkv", "T", "NH", "HS", "1.0 / sqrt(HS) / T"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 1, NH = 1, HS = 1 }, { B = 1, T = 33, NH = 2, HS = 37 },
+  { B = 1, T = 40, NH = 1, HS = 72 }]
+runs = ["seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 3, NH = 3, HS = 5 }, { B = 1, T = 1, NH = 2, HS = 64 },
+  { B = 1, T = 20, NH = 1, HS = 99 }]
+runs = ["seed=1 SHUFFLE"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 37, NH = 2, HS = 64 }, { B = 1, T = 65, NH = 2, HS = 64 }]
+runs = ["seed=2 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 100, NH = 3, HS = 16 }, { B = 1, T = 130, NH = 2, HS = 16 }]
+runs = ["seed=0 SHUFFLE"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 260, NH = 2, HS = 64 }]
+runs = ["seed=1 PRIORITY", "seed=5 SHUFFLE"]
+
+[[emulate]]
+sizes = [{ B = 3, T = 67, NH = 5, HS = 12 }, { B = 1, T = 70, NH = 1, HS = 128 }]
+runs = ["seed=2 SHUFFLE"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 70, NH = 1, HS = 37 }]
+runs = ["seed=1 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 65, NH = 1, HS = 64 }]
+runs = ["seed=7 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 140, NH = 1, HS = 37 }]
+runs = ["seed=3 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 200, NH = 1, HS = 64 }]
+runs = ["seed=4 EARLY PRIORITY"]
 */
 
 #include "attention_fwd_mma.cuh"  // stage_rows, k_lane, v_lane, q_fragments, qk, mask_causal, pv

@@ -24,6 +24,11 @@ kernel = "unpermute4"
 grid = "cdiv(N // 4, block_size)"
 block = "block_size"
 args = ["out", "inp", "T", "NH", "HS // 4", "N // 4"]
+
+[[emulate]]
+sizes = ["test", { B = 1, T = 1, NH = 1, HS = 8 }, { B = 3, T = 5, NH = 2, HS = 8 },
+  { B = 2, T = 17, NH = 25, HS = 16 }, { B = 1, T = 9, NH = 3, HS = 64 }]
+runs = ["bs=128 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE", "bs=512 seed=2 PRIORITY", "bs=1024 seed=0 SHUFFLE"]
 */
 #include "permute_units.cuh"  // unpermute_unit: one 16-byte unit, read in the input's order
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from workbench import expr
 from workbench.check import compare, from_storage, make_case, poison
-from workbench.family import ARG_TYPES, BUFFER_OFFSET, Version
+from workbench.family import ARG_TYPES, BUFFER_OFFSET, EmulatorRun, Version
 from workbench.launch import ITEMSIZE
 
 HERE = Path(__file__).resolve().parent
@@ -292,3 +292,40 @@ def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode:
                 outputs[a.name] = got
             reports.append(compare(a, case.expected[a.name], got, *version.tolerance(a)))
         return reports
+
+
+def cases(version: Version) -> list[tuple[dict, EmulatorRun]]:
+    """The version's header's [[emulate]] cases (kernels/README.md): (sizes, run) for each run of
+    each table at each of its sizes (the family's test sizes the version takes, where "test" is
+    listed, and the sizes listed) where the table's `when` holds."""
+    fam = version.family
+    out = []
+    for table in version.emulate:
+        every = [*(s for s in fam.test_sizes if not version.unmet(s) and table.test_sizes), *table.sizes]
+        for sizes in every:
+            if table.when is None or expr.evaluate(table.when, fam.env(sizes)):
+                out += [(dict(sizes), run) for run in table.runs]
+    return out
+
+
+def case_id(version: Version, sizes: dict, run: EmulatorRun) -> str:
+    """e.g. layernorm_backward-12-B=1,T=37,C=768-bs128-seed0-LATE-PRIORITY-sms1 (conftest.py reads
+    the sizes in it: large ones are `slow`)."""
+    parts = [version.family.name, str(version.number), version.family.format_sizes(sizes)]
+    if run.block_size is not None:
+        parts.append(f"bs{run.block_size}")
+    parts += [f"seed{run.seed}", run.mode, run.sched]
+    parts += [f"{k}{v}" for k, v, default in (("order", run.order, 0), ("sms", run.sms, SMS),
+                                              ("sched_seed", run.sched_seed, 1)) if v != default]
+    return "-".join(parts)
+
+
+def run_case(version: Version, sizes: dict, run: EmulatorRun, **kw) -> list:
+    """emulate() with a header's run (its SMS as the launch expressions' multiprocessor count)."""
+    global SMS
+    saved, SMS = SMS, run.sms
+    try:
+        return emulate(version, sizes, seed=run.seed, block_size=run.block_size, mode=run.mode, sched=run.sched,
+                       sched_seed=run.sched_seed, block_order=run.order, **kw)
+    finally:
+        SMS = saved

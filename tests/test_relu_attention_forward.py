@@ -1,15 +1,17 @@
-"""relu_attention_forward at bf16, and its tensor-core version 3, without a GPU.
+"""The relu_attention_forward family at bf16, and its tensor-core version 3, without a GPU.
 
 * the contract: which arguments are bf16, the tolerance and the bytes;
 * the reference runs at bf16 at every test size;
 * version 3: its precision, and exactly one of its launch steps at every head size up to 128;
 * the tolerance against a NumPy model of exactly the roundings version 3 makes (fp32 scores, P
   rounded to bf16, fp32 P @ V, out rounded to bf16): the model must sit well inside it;
-* the kernel itself on the CPU SIMT emulator (tests/gpu_emu): every output element at the family
-  tolerance, and within an ulp of the rounding model (the family tolerance is loose at large T:
-  see family.toml), at every test size and a few odd ones, both schedulers, late cp.async.
+* the kernel itself on the CPU SIMT emulator (tests/gpu_emu), at its header's [[emulate]] cases
+  (every test size and a few odd ones, both schedulers, late cp.async; tests/test_emulator.py
+  checks them at the family tolerance): every output element within an ulp of the rounding model
+  (the family tolerance is loose at large T: see family.toml).
 """
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,10 +25,12 @@ from workbench.family import Project
 from conftest import ROOT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
-from runner import emulate  # noqa: E402
+import runner  # noqa: E402
+
 
 FAMILY = Project(ROOT).family("relu_attention_forward")
 ATOL, RTOL = 3e-3, 1e-2
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 
 
 def test_the_bf16_contract():
@@ -59,8 +63,6 @@ def test_version_3_runs_exactly_one_kernel_at_every_size(sizes):
     assert chosen[0].name.startswith(f"relu_attention_forward3_hs{hsp}")
     assert chosen[0].name.endswith("_any") == (sizes["HS"] % 8 != 0)
 
-
-# ---- the rounding model -------------------------------------------------------------------------
 
 def bf16(x):
     """float32 -> the nearest bf16 (ties to even), as float32."""
@@ -105,33 +107,23 @@ def test_the_rounding_model_is_not_exact():
 
 
 # ---- the kernel on the emulator -----------------------------------------------------------------
-
-ODD = [
-    {"B": 1, "T": 1, "NH": 2, "HS": 64},     # one token, a 16-byte-copy head
-    {"B": 1, "T": 65, "NH": 2, "HS": 64},    # one key past a whole tile
-    {"B": 1, "T": 130, "NH": 2, "HS": 16},   # three query tiles, the last with two rows; a small head
-    {"B": 2, "T": 70, "NH": 1, "HS": 37},    # an odd head over two tiles (element-wise loads)
-    {"B": 1, "T": 70, "NH": 1, "HS": 128},   # the HSP = 128 kernel
-    {"B": 1, "T": 40, "NH": 1, "HS": 72},    # HSP = 128, 16-byte copies, channels past HS zero-filled
-    {"B": 1, "T": 20, "NH": 1, "HS": 99},    # HSP = 128, element-wise
-]
-EMULATED = [(s, i % 3, "SHUFFLE" if i % 2 else "PRIORITY", "LATE") for i, s in enumerate([*FAMILY.test_sizes, *ODD])]
-EMULATED += [(FAMILY.test_sizes[4], 5, "SHUFFLE", "LATE"), ({"B": 1, "T": 65, "NH": 1, "HS": 64}, 7, "PRIORITY", "LATE")]
-# A missing barrier at the end of a key tile lets a warp refill the buffer others still read: the
-# copies for tile j + 2 go into tile j's buffer. LATE copies land only at the next wait, after the
-# barrier at the top of the tile, which hides it; element-wise loads (HS % 8 != 0) and EARLY copies
-# land at once and show it, given three key tiles or more.
-EMULATED += [({"B": 1, "T": 140, "NH": 1, "HS": 37}, 3, "PRIORITY", "LATE"),
-             ({"B": 1, "T": 200, "NH": 1, "HS": 64}, 4, "PRIORITY", "EARLY")]
+# The header's [[emulate]] cases: the test sizes and odd ones (one token; one key past a whole
+# tile; three query tiles, the last with two rows; odd heads over two tiles, with element-wise
+# loads; HSP = 128 with 16-byte copies and element-wise). A missing barrier at the end of a key
+# tile lets a warp refill the buffer others still read: the copies for tile j + 2 go into tile j's
+# buffer. LATE copies land only at the next wait, after the barrier at the top of the tile, which
+# hides it; element-wise loads (HS % 8 != 0) and EARLY copies land at once and show it, given three
+# key tiles or more: hence T = 140, HS = 37 (LATE) and T = 200, HS = 64 (EARLY).
+VERSION = FAMILY.version(3)
+EMULATED = runner.cases(VERSION)
 
 
-@pytest.mark.parametrize("sizes, seed, sched, mode", EMULATED,
-                         ids=[f"{FAMILY.format_sizes(s)}-seed{seed}-{sched}-{mode}" for s, seed, sched, mode in EMULATED])
-def test_version_3_on_the_emulator(sizes, seed, sched, mode):
-    version = FAMILY.version(3)
-    case, model = _model_case(sizes, seed)
+@needs_gxx
+@pytest.mark.parametrize("sizes, run", EMULATED, ids=[runner.case_id(VERSION, s, r) for s, r in EMULATED])
+def test_version_3_on_the_emulator_makes_the_models_roundings(sizes, run):
+    case, model = _model_case(sizes, run.seed)
     outputs = {}
-    (report,) = emulate(version, sizes, seed=seed, mode=mode, sched=sched, case=case, outputs=outputs)
+    (report,) = runner.run_case(VERSION, sizes, run, case=case, outputs=outputs)
     assert report.ok, report
     assert (report.atol, report.rtol) == (ATOL, RTOL)
     # The kernel's own roundings are the model's: within an ulp of out (fp32 sums in another order

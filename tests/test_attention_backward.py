@@ -1,4 +1,5 @@
-"""attention_backward at bf16, and its tensor-core versions (6: TF32; 7, 8: bf16), without a GPU.
+"""The attention_backward family at bf16, and its tensor-core versions (6: TF32; 7, 8: bf16), without
+a GPU.
 
 * the contract: which arguments are bf16, and the tolerance;
 * the reference runs at bf16 at every test size;
@@ -6,15 +7,10 @@
   for every test size;
 * the tolerances against a float64 model of exactly the roundings the versions make (TF32 inputs
   and operands for 6; bf16 P, dS and outputs for 7 and 8): the model must sit well inside them;
-* the kernels themselves on the CPU SIMT emulator (tests/gpu_emu): every output element, at every
-  test size a version accepts. This is what checks the fragment index math, the causal mask, the
-  barriers and the cp.async waits before a GPU ever runs them.
+* the kernels themselves run on the CPU SIMT emulator as their headers' [[emulate]] tables say
+  (tests/test_emulator.py): that checks the fragment index math, the causal mask, the barriers
+  and the cp.async waits before a GPU ever runs them.
 """
-
-import shutil
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,10 +18,8 @@ import pytest
 from workbench.check import from_storage, make_case
 from workbench.family import Project
 
-from conftest import FIXTURES, ROOT
+from conftest import ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
-from runner import emulate  # noqa: E402
 
 FAMILY = Project(ROOT).family("attention_backward")
 TENSOR_CORE = (6, 7, 8)
@@ -116,60 +110,3 @@ def test_the_tolerances_cover_the_rounding_model_with_room(precision):
             ref = case.expected["dqkv"].reshape(got.shape)
             worst = max(worst, float((np.abs(got - ref) - rtol * np.abs(ref)).max()))
     assert 0 < worst <= 0.6 * atol, f"the model needs atol {worst:.2g} at rtol {rtol}: {atol} leaves no room"
-
-
-# ---- the kernels on the emulator ---------------------------------------------------------------
-EMULATED = [(n, s) for n in TENSOR_CORE for s in FAMILY.test_sizes if not FAMILY.version(n).unmet(s)]
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-@pytest.mark.parametrize("number, sizes", EMULATED, ids=[f"{n}-{FAMILY.format_sizes(s)}" for n, s in EMULATED])
-def test_the_kernels_on_the_emulator(number, sizes):
-    """Every element within tolerance; copies landing only at their wait (LATE) and one warp
-    racing ahead of the others (PRIORITY) expose a missing wait or barrier."""
-    version = FAMILY.version(number)
-    (report,) = emulate(version, sizes, seed=0, block_size=version.block_sizes[0], mode="LATE", sched="PRIORITY")
-    assert report.ok, f"{report.bad} of {report.total} wrong, e.g. {[m.__dict__ for m in report.first]}"
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-@pytest.mark.parametrize("number", [7, 8])
-def test_the_other_block_size_on_the_emulator(number):
-    version = FAMILY.version(number)
-    sizes = {"B": 2, "T": 100, "NH": 3, "HS": 16}
-    (report,) = emulate(version, sizes, seed=1, block_size=version.block_sizes[-1], mode="EARLY", sched="SHUFFLE")
-    assert report.ok, f"{report.bad} of {report.total} wrong, e.g. {[m.__dict__ for m in report.first]}"
-
-
-RACY = """/*
-title = "y = alpha x through shared memory, each thread reading another warp's slot"
-block_sizes = [128]
-[[launch]]
-kernel = "scale_smem"
-grid = "cdiv(N, block_size)"
-block = "block_size"
-shared = "4 * block_size"
-args = ["y", "x", "N", "alpha"]
-*/
-extern "C" __global__ void scale_smem(float* y, const float* x, int N, float alpha) {
-    extern __shared__ float buf[];
-    int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockDim.x - 1 - threadIdx.x;
-    buf[threadIdx.x] = i < N ? x[i] : 0.0f;
-    BARRIER
-    int src = blockIdx.x * blockDim.x + j;
-    if (src < N) y[src] = alpha * buf[j];
-}
-"""
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-@pytest.mark.parametrize("barrier", [True, False])
-def test_the_emulator_catches_a_missing_barrier(tmp_path, barrier):
-    shutil.copytree(FIXTURES / "project" / "references", tmp_path / "references")
-    fam = tmp_path / "kernels" / "scale"
-    fam.mkdir(parents=True)
-    shutil.copy(FIXTURES / "project" / "kernels" / "scale" / "family.toml", fam)
-    (fam / "1_smem.cu").write_text(textwrap.dedent(RACY).replace("BARRIER", "__syncthreads();" if barrier else ""))
-    version = Project(tmp_path).family("scale").version(1)
-    (report,) = emulate(version, {"N": 300}, block_size=128, mode="LATE", sched="PRIORITY")
-    assert report.ok == barrier

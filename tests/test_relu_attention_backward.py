@@ -1,17 +1,13 @@
-"""relu_attention_backward at bf16, and its tensor-core version 3, without a GPU.
+"""The relu_attention_backward family at bf16, and its tensor-core version 3, without a GPU.
 
 * the contract: which arguments are bf16, and the tolerance;
 * the reference runs at bf16 at every test size;
 * the tolerance against a float64 model of exactly the roundings version 3 makes (bf16 relu(S)
   and dS before their products, bf16 outputs): the model must sit well inside it;
-* version 3 on the CPU SIMT emulator (tests/gpu_emu): every output element, at every test size,
-  odd sizes (T not a multiple of the tiles, HS = 37 and 128), several seeds, both schedulers,
-  cp.async copies landing only at their wait (LATE).
+* version 3 runs on the CPU SIMT emulator as its header's [[emulate]] tables say
+  (tests/test_emulator.py): every test size, odd sizes (T not a multiple of the tiles, HS = 37
+  and 128), several seeds, both schedulers, cp.async copies landing only at their wait (LATE).
 """
-
-import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +17,6 @@ from workbench.family import Project
 
 from conftest import ROOT
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
-from runner import emulate  # noqa: E402
 
 FAMILY = Project(ROOT).family("relu_attention_backward")
 VERSION = 3
@@ -94,29 +88,3 @@ def test_the_tolerance_covers_the_rounding_model_with_room():
             ref = case.expected["dqkv"].reshape(got.shape)
             worst = max(worst, float((np.abs(got - ref) - rtol * np.abs(ref)).max()))
     assert 0 < worst <= 0.4 * atol, f"the model needs atol {worst:.2g} at rtol {rtol}: {atol} leaves too little room"
-
-
-# ---- the kernel on the emulator ----------------------------------------------------------------
-ODD = [
-    {"B": 1, "T": 1, "NH": 2, "HS": 64},
-    {"B": 1, "T": 65, "NH": 1, "HS": 64},
-    {"B": 1, "T": 130, "NH": 1, "HS": 16},
-    {"B": 1, "T": 70, "NH": 1, "HS": 37},
-    {"B": 1, "T": 40, "NH": 2, "HS": 128},
-    {"B": 1, "T": 97, "NH": 1, "HS": 72},
-    {"B": 1, "T": 33, "NH": 1, "HS": 100},
-]
-CASES = ([(s, 0, "PRIORITY") for s in FAMILY.test_sizes if not FAMILY.version(VERSION).unmet(s)]
-         + [(s, 1, "SHUFFLE") for s in FAMILY.test_sizes[1:5]]
-         + [(s, seed, sched) for s in ODD for seed, sched in ((0, "PRIORITY"), (2, "SHUFFLE"))])
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-@pytest.mark.parametrize("sizes, seed, sched", CASES,
-                         ids=[f"{FAMILY.format_sizes(s)}-seed{seed}-{sched}" for s, seed, sched in CASES])
-def test_version_3_on_the_emulator(sizes, seed, sched):
-    """Every element within tolerance; copies landing only at their wait (LATE) and one warp
-    racing ahead of the others (PRIORITY) expose a missing wait or barrier."""
-    version = FAMILY.version(VERSION)
-    (report,) = emulate(version, sizes, seed=seed, mode="LATE", sched=sched)
-    assert report.ok, f"{report.bad} of {report.total} wrong, e.g. {[m.__dict__ for m in report.first]}"
