@@ -1,11 +1,11 @@
-"""attention_backward at bf16, and its tensor-core versions (6: TF32; 7, 8, 10: bf16), without a GPU.
+"""attention_backward at bf16, and its tensor-core versions (6: TF32; 7, 8, 10, 11: bf16), without a GPU.
 
 * the contract: which arguments are bf16, and the tolerance;
 * the reference runs at bf16 at every test size;
 * the versions: numbering (cuDNN's version 9 the only library one), precision, determinism, and a
   bf16 version for every test size;
 * the tolerances against a float64 model of exactly the roundings the versions make (TF32 inputs
-  and operands for 6; bf16 P, dS and outputs for 7, 8 and 10): the model must sit well inside them;
+  and operands for 6; bf16 P, dS and outputs for 7, 8, 10 and 11): the model must sit well inside them;
 * the kernels themselves on the CPU SIMT emulator (tests/gpu_emu): every output element, at every
   test size a version accepts. This is what checks the fragment index math, the causal mask, the
   barriers and the cp.async waits before a GPU ever runs them.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 from runner import emulate  # noqa: E402
 
 FAMILY = Project(ROOT).family("attention_backward")
-TENSOR_CORE = (6, 7, 8, 10)
+TENSOR_CORE = (6, 7, 8, 10, 11)
 CUDNN = 9
 
 
@@ -52,15 +52,17 @@ def test_the_versions():
     assert sorted(versions) == list(range(1, len(versions) + 1))
     library = [n for n, v in versions.items() if any(s.kind == "library" for s in v.steps) and v.precision == "bf16"]
     assert library == [CUDNN], "cuDNN's version 9 is the one library version"
-    tf32, atomics, split, split32 = (versions[n] for n in TENSOR_CORE)
+    tf32, atomics, split, split32, atomics32 = (versions[n] for n in TENSOR_CORE)
     assert tf32.precision == "fp32" and not tf32.deterministic
     assert (tf32.atol, tf32.rtol) == (5e-3, 1e-2)
     assert atomics.precision == "bf16" and not atomics.deterministic
     assert split.precision == "bf16" and split.deterministic
     assert split32.precision == "bf16" and split32.deterministic  # no atomics: `train --deterministic` may use it
-    assert split32.atol is None and tuple(split32.block_sizes) == (128, 256)
+    assert atomics32.precision == "bf16" and not atomics32.deterministic  # dQ by atomics
+    for v in (split32, atomics32):
+        assert v.atol is None and tuple(v.block_sizes) == (128, 256)
     for sizes in FAMILY.test_sizes:  # the checker needs a bf16 version at every test size
-        assert not atomics.unmet(sizes) and not split.unmet(sizes) and not split32.unmet(sizes), sizes
+        assert not any(v.unmet(sizes) for v in (atomics, split, split32, atomics32)), sizes
     assert not tf32.unmet(FAMILY.default_sizes) and not split.unmet(FAMILY.default_sizes)
 
 
@@ -136,7 +138,7 @@ def test_the_kernels_on_the_emulator(number, sizes):
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-@pytest.mark.parametrize("number", [7, 8, 10])
+@pytest.mark.parametrize("number", [7, 8, 10, 11])
 def test_the_other_block_size_on_the_emulator(number):
     version = FAMILY.version(number)
     sizes = {"B": 2, "T": 100, "NH": 3, "HS": 16}
@@ -178,12 +180,12 @@ def test_the_emulator_catches_a_missing_barrier(tmp_path, barrier):
     assert report.ok == barrier
 
 
-# Version 10 beyond the family's test sizes: whole 64-row tiles (its short copy path for Q and
-# dout, and the unmasked step) over several key and query blocks; HS 32 and 48 on that path (the
-# pieces past HS zero-filled); T just past a 128-row block (the last block's warps 1-3 past T) and
-# just short of one; both block sizes, with late copies and a racing warp, and the other
-# scheduler with the blocks in a shuffled order.
-V10_SIZES = [
+# Versions 10 and 11 beyond the family's test sizes: whole 64-row tiles (their short copy path for
+# Q and dout, and the unmasked step) over several key and query blocks; HS 32 and 48 on that path
+# (the pieces past HS zero-filled); T just past a 128-row block (the last block's warps 1-3 past T)
+# and just short of one; both block sizes, with late copies and a racing warp (the 256-thread
+# blocks run in a shuffled order).
+WIDE_SIZES = [
     {"B": 1, "T": 300, "NH": 1, "HS": 64},
     {"B": 2, "T": 256, "NH": 2, "HS": 32},
     {"B": 1, "T": 520, "NH": 1, "HS": 48},
@@ -194,10 +196,11 @@ V10_SIZES = [
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 @pytest.mark.parametrize("block_size", [128, 256])
-@pytest.mark.parametrize("sizes", V10_SIZES, ids=FAMILY.format_sizes)
-def test_version_10_over_several_tiles_on_the_emulator(sizes, block_size):
-    version = FAMILY.version(10)
-    for seed, mode, sched, order in [(3, "LATE", "PRIORITY", 0), (4, "EARLY", "SHUFFLE", 7)]:
-        (report,) = emulate(version, sizes, seed=seed, block_size=block_size, mode=mode, sched=sched,
-                            sched_seed=seed, block_order=order)
-        assert report.ok, f"{mode}/{sched}: {report.bad} of {report.total} wrong, e.g. {[m.__dict__ for m in report.first]}"
+@pytest.mark.parametrize("sizes", WIDE_SIZES, ids=FAMILY.format_sizes)
+@pytest.mark.parametrize("number", [10, 11])
+def test_32_rows_a_warp_over_several_tiles_on_the_emulator(number, sizes, block_size):
+    version = FAMILY.version(number)
+    order = 0 if block_size == 128 else 7
+    (report,) = emulate(version, sizes, seed=3, block_size=block_size, mode="LATE", sched="PRIORITY",
+                        sched_seed=3, block_order=order)
+    assert report.ok, f"{report.bad} of {report.total} wrong, e.g. {[m.__dict__ for m in report.first]}"

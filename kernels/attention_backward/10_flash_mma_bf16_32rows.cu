@@ -78,7 +78,7 @@ shared = "2 * 72 * (2 * 256 + 4 * 64)"
 args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
 */
 
-#include "attention_backward_bf16.cuh"  // load_tile_async, load_queries, load_a16, store_rows, dot_rows
+#include "attention_backward_bf16.cuh"  // load_tile_async, load_queries, load_a16, abt2, ab2, c_to_a, Flag, store_rows, dot_rows
 
 #define BQ 64  // queries per streamed tile of the dK/dV kernel
 #define BK 64  // keys per streamed tile of the dQ kernel
@@ -87,58 +87,6 @@ extern "C" __global__ void attention_backward10_prep(float* D, const bf16* dout,
                                                      int B, int T, int NH, int HS) {
     dot_rows(D, nullptr, dout, out, B, T, NH, HS);
 }
-
-// acc[mt][0..NT) (16 x 8 NT each, mt = 0, 1) += A[mt] . S^T for S = NT * 8 rows of a tile: one
-// ldmatrix.x4 of S (two n-tiles of one 16-channel step) feeds four mma.
-template <int NT>
-__device__ __forceinline__ void abt2(float (&acc)[2][NT][4], const unsigned (&a)[2][AB_DH / 16][4], const bf16* s) {
-    const int lane = threadIdx.x % 32;
-    const uint32_t p = smem_addr(s + (lane % 8 + 8 * (lane / 16)) * AB_PITCH + 8 * ((lane / 8) % 2));
-#pragma unroll
-    for (int kk = 0; kk < AB_DH / 16; kk++)
-#pragma unroll
-        for (int j = 0; j < NT; j += 2) {
-            unsigned b[4];
-            ldmatrix_x4(b, p + 2 * (8 * j * AB_PITCH + 16 * kk));
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                mma_bf16_16816(acc[mt][j], a[mt][kk], b[0], b[1]);
-                mma_bf16_16816(acc[mt][j + 1], a[mt][kk], b[2], b[3]);
-            }
-        }
-}
-
-// acc[mt] (16 x 64) += A[mt] (16 x 16) . S[0..15][0..63]: a product over 16 rows of a tile (its
-// rows are the k index), B by ldmatrix.trans; one load (two n-tiles) feeds four mma.
-__device__ __forceinline__ void ab2(float (&acc)[2][AB_DH / 8][4], const unsigned (&a)[2][4], const bf16* s) {
-    const int lane = threadIdx.x % 32;
-    const uint32_t p = smem_addr(s + (lane % 8 + 8 * ((lane / 8) % 2)) * AB_PITCH + 8 * (lane / 16));
-#pragma unroll
-    for (int n = 0; n < AB_DH / 8; n += 2) {
-        unsigned b[4];
-        ldmatrix_x4_trans(b, p + 2 * 8 * n);
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            mma_bf16_16816(acc[mt][n], a[mt], b[0], b[1]);
-            mma_bf16_16816(acc[mt][n + 1], a[mt], b[2], b[3]);
-        }
-    }
-}
-
-// Accumulator n-tiles 2kk, 2kk + 1 (16 rows x 16 columns) as one bf16 A fragment whose k index is
-// those 16 columns (the C -> A identity of mma.cuh).
-template <int NT>
-__device__ __forceinline__ void c_to_a(unsigned (&a)[4], const float (&c)[NT][4], int kk) {
-    a[0] = pack_bf16x2(c[2 * kk][0], c[2 * kk][1]);
-    a[1] = pack_bf16x2(c[2 * kk][2], c[2 * kk][3]);
-    a[2] = pack_bf16x2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-    a[3] = pack_bf16x2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-}
-
-template <bool B>
-struct Flag {  // a compile-time yes / no passed by value: step(Flag<true>{})
-    static constexpr bool value = B;
-};
 
 // dK and dV of 32 WARPS keys: warp w owns keys kw = k0 + 32 w .. kw + 31 (m-tiles kw, kw + 16) and
 // walks the query tiles from the block's first key to T, 16 queries at a time. Accumulator element
