@@ -4,34 +4,39 @@ precision = "bf16"
 changed = """
 Version 8's split (a dK/dV kernel over key tiles, a dQ kernel over query tiles, no atomics), with
 each warp owning 32 rows (two m16 tiles) instead of 16, in blocks of 4 warps x 32 = 128 rows:
-* dK/dV: a warp's 32 keys keep their K and V rows as A fragments in registers for the whole
-  loop (version 8 reloaded them from shared memory for every query tile); the 64-query tile
-  streamed through the cp.async double buffer is taken 16 queries at a time, and every Q or dout
-  fragment fetched by ldmatrix (for S^T = K Q^T, dP^T = V dout^T, and through .trans for
-  dV += P^T dout, dK += dS^T Q) feeds the warp's two key m-tiles.
+* dK/dV: a warp's 32 keys keep their K rows as A fragments in registers for the whole loop (V's
+  are reloaded every step: the registers for both are not there); the 64-query tile streamed
+  through the cp.async double buffer is taken 16 queries at a time, and every Q or dout fragment
+  fetched by ldmatrix (for S^T = K Q^T, dP^T = V dout^T, and through .trans for dV += P^T dout,
+  dK += dS^T Q) feeds the warp's two key m-tiles. Whole query tiles take a short copy path (one
+  pointer a thread and tensor), and only sub-tiles that touch the diagonal or T are masked (a
+  second instantiation of the step).
 * dQ: a warp's 32 queries keep their q and dout rows as A fragments; the 64-key tile is taken
-  32 keys at a time, and every K or V fragment (for S, dP, and dQ += dS K) feeds two query m-tiles.
+  16 keys at a time, and every K or V fragment (for S, dP, and dQ += dS K) feeds two query m-tiles.
 * Sub-tiles wholly above the diagonal (every key after every query) are skipped warp by warp.
 """
 why = """
 Per warp and sub-tile, from the fragment counts (HS = 64):
-  dK/dV, 32 keys x 16 queries: 64 mma (16 each for S^T, dP^T, dV, dK) for 16 ldmatrix.x4 (4 each
-    of Q, dout, dout^T, Q^T): 4 mma a load. Version 8: 160 mma for 80 loads (2 a load), its K
-    and V fragments reloaded every tile.
-  dQ, 32 queries x 32 keys: 96 mma (32 each for S, dP, dQ) for 24 ldmatrix.x4 (K, V, K^T): 4 a
-    load. Version 8: 96 mma for 48 loads.
+  dK/dV, 32 keys x 16 queries: 64 mma (16 each for S^T, dP^T, dV, dK) for 24 ldmatrix.x4 (4 each
+    of Q, dout, dout^T, Q^T, and 8 of V): 2.7 mma a load. Version 8: 160 mma for 80 loads (2 a
+    load), its K and V fragments reloaded every tile.
+  dQ, 32 queries x 16 keys: 48 mma (16 each for S, dP, dQ) for 12 ldmatrix.x4 (K, V, K^T): 4 a
+    load. Version 8: 96 mma for 48 loads (2 a load).
 An SM reads 128 B of shared memory a clock, an ldmatrix.x4 512 B: 4 clocks; an m16n8k16 is
 ~1.5 clocks of an SM's mma.sync throughput. At 2 mma a load the loads cap the tensor pipe at ~2/3;
 at 4 a load they fit under it. The seven products (S and dP computed twice) stay: ~1.4x the
-tensor work of one kernel with dQ by atomics, against no atomics, no fp32 dQ scratch and one
-barrier a tile.
-Registers: dK/dV holds K and V fragments (64), dK and dV (128), S^T and dP^T of a sub-tile (32):
-ptxas reports the count; 2 blocks (8 warps) an SM need <= 255. dQ holds q and dout fragments (64),
-dQ (64), S and dP of a sub-tile (64). Shared memory: 128 K + 128 V rows and 2 x (64 Q + 64 dout)
-rows of 144 B, 73 KB a block (dQ: 128 q + 128 dout rows and 2 x (64 K + 64 V)), two blocks an SM.
+tensor work of one kernel with dQ by atomics (version 11 is that kernel), against no atomics, no
+fp32 dQ scratch and one barrier a tile.
+Registers (ptxas, sm_90): dK/dV holds K fragments (32), dK and dV (128), S^T and dP^T of a sub-tile
+(32) and V's fragments while dP^T is formed (32): 252 (250 at 8 warps), no spills; with V's
+fragments kept too it spilled 130-160 bytes. dQ holds q and dout fragments (64), dQ (64), S and dP
+of a sub-tile (32): 246 (234), no spills; 32-key sub-tiles spilled. sm_80 spills 16-56 bytes in
+dK/dV. Shared memory: 128 K + 128 V rows and 2 x (64 Q + 64 dout) rows of 144 B, 73 KB a block
+(dQ: 128 q + 128 dout rows and 2 x (64 K + 64 V)), two blocks an SM.
 Block counts at B = 16, T = 1024, NH = 12: 192 heads x 8 tiles = 1536 blocks a kernel on 264
 slots, longest first (the first key tiles see the most queries; the last query tiles the most keys).
 Block size 256: 8 warps, 256 rows a block, one block an SM; each streamed tile serves twice the rows.
+Not yet measured: to be timed on the H100 against versions 7, 8 and cuDNN's 9 in one call.
 """
 preconditions = ["HS <= 64"]  # one 64-channel tile (16-byte cp.async rows when HS % 8 == 0, else element by element)
 block_sizes = [128, 256]
@@ -216,7 +221,7 @@ __device__ __forceinline__ void dkdv10(bf16* dqkv, const bf16* dout, const bf16*
 }
 
 // dQ of 32 WARPS queries: warp w owns queries qw = q0 + 32 w .. qw + 31 (m-tiles qw, qw + 16) and
-// walks the key tiles 0, BK, ... up to its block's last query, 32 keys at a time. Accumulator
+// walks the key tiles 0, BK, ... up to its block's last query, 16 keys at a time. Accumulator
 // element x[mt][j][e] of S, dP is (query qw + 16 mt + g + 8 (e / 2), key ks + 8 j + 2 t + e % 2).
 template <int WARPS>
 __device__ __forceinline__ void dq10(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
