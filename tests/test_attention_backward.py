@@ -1,12 +1,12 @@
-"""The attention_backward family at bf16, and its tensor-core versions (6: TF32; 7, 8: bf16), without
+"""The attention_backward family at bf16, and its tensor-core versions (6: TF32; 7, 8, 10, 11: bf16), without
 a GPU.
 
 * the contract: which arguments are bf16, and the tolerance;
 * the reference runs at bf16 at every test size;
-* the versions: numbering (the library version last), precision, determinism, and a bf16 version
-  for every test size;
+* the versions: numbering (cuDNN's version 9 the only library one), precision, determinism, and a
+  bf16 version for every test size;
 * the tolerances against a float64 model of exactly the roundings the versions make (TF32 inputs
-  and operands for 6; bf16 P, dS and outputs for 7 and 8): the model must sit well inside them;
+  and operands for 6; bf16 P, dS and outputs for 7, 8, 10 and 11): the model must sit well inside them;
 * the kernels themselves run on the CPU SIMT emulator as their headers' [[emulate]] tables say
   (tests/test_emulator.py): that checks the fragment index math, the causal mask, the barriers
   and the cp.async waits before a GPU ever runs them.
@@ -22,7 +22,8 @@ from conftest import ROOT
 
 
 FAMILY = Project(ROOT).family("attention_backward")
-TENSOR_CORE = (6, 7, 8)
+TENSOR_CORE = (6, 7, 8, 10, 11)
+CUDNN = 9
 
 
 def test_the_bf16_contract():
@@ -44,14 +45,18 @@ def test_the_versions():
     versions = {v.number: v for v in FAMILY.versions}
     assert sorted(versions) == list(range(1, len(versions) + 1))
     library = [n for n, v in versions.items() if any(s.kind == "library" for s in v.steps) and v.precision == "bf16"]
-    assert library == [max(versions)], "the cuDNN version comes last"
-    tf32, atomics, split = (versions[n] for n in TENSOR_CORE)
+    assert library == [CUDNN], "cuDNN's version 9 is the one library version"
+    tf32, atomics, split, split32, atomics32 = (versions[n] for n in TENSOR_CORE)
     assert tf32.precision == "fp32" and not tf32.deterministic
     assert (tf32.atol, tf32.rtol) == (5e-3, 1e-2)
     assert atomics.precision == "bf16" and not atomics.deterministic
     assert split.precision == "bf16" and split.deterministic
+    assert split32.precision == "bf16" and split32.deterministic  # no atomics: `train --deterministic` may use it
+    assert atomics32.precision == "bf16" and not atomics32.deterministic  # dQ by atomics
+    for v in (split32, atomics32):
+        assert v.atol is None and tuple(v.block_sizes) == (128, 256)
     for sizes in FAMILY.test_sizes:  # the checker needs a bf16 version at every test size
-        assert not atomics.unmet(sizes) and not split.unmet(sizes), sizes
+        assert not any(v.unmet(sizes) for v in (atomics, split, split32, atomics32)), sizes
     assert not tf32.unmet(FAMILY.default_sizes) and not split.unmet(FAMILY.default_sizes)
 
 

@@ -284,3 +284,30 @@ def test_growing_scores_move_the_reference_point(sizes):
     assert lse[..., -1].min() - lse[..., 0].max() > 8 * np.log(2) * 4
     for r in emulate(VERSION, sizes, case=case, mode="LATE", sched="PRIORITY"):
         assert r.ok, f"{r.name}: {r.bad} of {r.total} wrong, e.g. {[m.__dict__ for m in r.first]}"
+
+
+# ---- version 11: version 10 at three blocks an SM (no lag, Q read from shared memory) ----------
+# (its emulator cases are its header's [[emulate]] tables; with version 10's lag built in, below)
+V11 = FAMILY.version(11)
+
+
+@pytest.mark.parametrize("sizes", [FAMILY.default_sizes, {"B": 1, "T": 1, "NH": 1, "HS": 99},
+                                   {"B": 2, "T": 100, "NH": 3, "HS": 12}], ids=_ids)
+def test_version_11_launches_three_blocks_an_sm_at_hs64(sizes):
+    assert V11.precision == "bf16" and V11.deterministic and list(V11.preconditions) == ["HS <= 128"]
+    env = FAMILY.env(sizes)
+    (step,) = [s for s in V11.steps if expr.evaluate(s.when, env)]
+    hsp = 64 if sizes["HS"] <= 64 else 128
+    assert step.name.startswith(f"attention_forward11_hs{hsp}")
+    shared = expr.evaluate_int(step.shared, env, "shared")
+    # an SM's 228 KB less 1 KB reserved a block: three blocks at HSP 64, two at 128
+    assert (3 if hsp == 64 else 2) * (shared + 1024) <= 228 * 1024
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+@pytest.mark.parametrize("sizes", [{"B": 1, "T": 300, "NH": 1, "HS": 64}, {"B": 1, "T": 67, "NH": 2, "HS": 12}],
+                         ids=_ids)
+def test_version_11_with_the_lag(sizes):
+    """HS64_LAG 1 (version 10's lag inside version 11's kernel) is correct too."""
+    for r in with_define("HS64_LAG 1")(V11, sizes, seed=6, mode="LATE", sched="PRIORITY"):
+        assert r.ok, f"{r.name}: {r.bad} of {r.total} wrong, e.g. {[m.__dict__ for m in r.first]}"

@@ -1,5 +1,5 @@
 // attention_backward_bf16.cuh: the warp-level pieces the bf16 tensor-core versions of
-// attention_backward (7: dQ by atomics, 8: deterministic split) are built from.
+// attention_backward (7, 11: dQ by atomics; 8, 10: deterministic split) are built from.
 //
 // Shared because both versions stage the same bf16 tiles, run the same fragment products and
 // store the same way; each version's own file holds its loops (what it computes, in which order,
@@ -67,6 +67,22 @@
 //   (key kw + g + 8 (e / 2), query q0 + 8 j + 2 t + e % 2), so lse and D are per column: lane t
 //   reads l_s[8 j + 2 t] and the next one as a float2. The mask is applied only on tiles that
 //   touch the diagonal (kw + 15 > q0) or the sequence end.
+//
+// Two m-tiles a warp (attention_backward 10, 11: a warp owns 32 rows, rows 0-15 and 16-31 of its
+// A operand in a[0], a[1]), each B fragment loaded once for both:
+// abt2<NT>(acc, a, s): acc[mt] (16 x 8 NT) += A[mt] (16 x 64, four fragments) . S^T, S = 8 NT rows
+//   of a tile (mma_abt's product and its ldmatrix addressing, one load feeding four mma).
+// ab2(acc, a, s): acc[mt] (16 x 64) += A[mt] (16 x 16, one fragment) . S[0..15][0..63] (mma_ab's,
+//   ldmatrix .trans, one load feeding four mma).
+// c_to_a<NT>(a, c, kk): accumulator n-tiles 2 kk, 2 kk + 1 of c (16 rows x 16 columns) as one bf16
+//   A fragment whose k index is those 16 columns (acc_to_a's identity, one fragment).
+// Flag<B>: a compile-time yes / no passed by value, so a loop can pick between two instantiations of
+//   one step (e.g. with and without the causal mask): step(..., Flag<true>{}).
+//
+// rows_to_bf16(dst, dst_stride, src, rows, C, scale): dst[r * dst_stride + c] = bf16(scale *
+//   src[r * C + c]) for rows x C fp32 elements (a dQ accumulator into dqkv's q part), 8 consecutive
+//   elements a thread: two float4 loads and one Pack8 store when C % 8 == 0 (and dst_stride too),
+//   else one by one. Launch cdiv(rows * C, 8) threads.
 //
 // dot_rows(D, zero, dout, out, B, T, NH, HS): D[b, h, t] = dout[b, t, h, :] . out[b, t, h, :] in
 //   fp32 (8 lanes per row: one Pack8 each when HS % 8 == 0, HS <= 64; else element by element),
@@ -242,6 +258,68 @@ __device__ __forceinline__ void key_pair(float (&dk)[AB_DH / 8][4], float (&dv)[
 #pragma unroll
     for (int kk = 0; kk < NT / 2; kk++) mma_ab<AB_DH / 8>(dk, ds[kk], q_s + 16 * kk * AB_PITCH);  // dK += dS^T Q
 }
+
+template <int NT>
+__device__ __forceinline__ void abt2(float (&acc)[2][NT][4], const unsigned (&a)[2][AB_DH / 16][4], const bf16* s) {
+    const int lane = threadIdx.x % 32;
+    const uint32_t p = smem_addr(s + (lane % 8 + 8 * (lane / 16)) * AB_PITCH + 8 * ((lane / 8) % 2));
+#pragma unroll
+    for (int kk = 0; kk < AB_DH / 16; kk++)
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+            unsigned b[4];
+            ldmatrix_x4(b, p + 2 * (8 * j * AB_PITCH + 16 * kk));
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                mma_bf16_16816(acc[mt][j], a[mt][kk], b[0], b[1]);
+                mma_bf16_16816(acc[mt][j + 1], a[mt][kk], b[2], b[3]);
+            }
+        }
+}
+
+__device__ __forceinline__ void ab2(float (&acc)[2][AB_DH / 8][4], const unsigned (&a)[2][4], const bf16* s) {
+    const int lane = threadIdx.x % 32;
+    const uint32_t p = smem_addr(s + (lane % 8 + 8 * ((lane / 8) % 2)) * AB_PITCH + 8 * (lane / 16));
+#pragma unroll
+    for (int n = 0; n < AB_DH / 8; n += 2) {
+        unsigned b[4];
+        ldmatrix_x4_trans(b, p + 2 * 8 * n);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            mma_bf16_16816(acc[mt][n], a[mt], b[0], b[1]);
+            mma_bf16_16816(acc[mt][n + 1], a[mt], b[2], b[3]);
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void c_to_a(unsigned (&a)[4], const float (&c)[NT][4], int kk) {
+    a[0] = pack_bf16x2(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = pack_bf16x2(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = pack_bf16x2(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = pack_bf16x2(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+__device__ __forceinline__ void rows_to_bf16(bf16* dst, int dst_stride, const float* src, int rows, int C,
+                                             float scale) {
+    const long long i = 8 * ((long long)blockIdx.x * blockDim.x + threadIdx.x), n = (long long)rows * C;
+    if (i >= n) return;
+    if (C % 8 == 0 && dst_stride % 8 == 0) {
+        const float4 x0 = reinterpret_cast<const float4*>(src + i)[0], x1 = reinterpret_cast<const float4*>(src + i)[1];
+        const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        Pack8 p;
+#pragma unroll
+        for (int k = 0; k < 8; k++) p.v[k] = to_bf16(x[k] * scale);
+        store8(dst + (i / C) * dst_stride + i % C, p);
+    } else {
+        for (long long e = i; e < i + 8 && e < n; e++) dst[(e / C) * dst_stride + e % C] = to_bf16(src[e] * scale);
+    }
+}
+
+template <bool B>
+struct Flag {
+    static constexpr bool value = B;
+};
 
 __device__ __forceinline__ void dot_rows(float* D, float* zero, const bf16* dout, const bf16* out,
                                          int B, int T, int NH, int HS) {

@@ -30,6 +30,9 @@
 // k_lane<S>(tile), v_lane<S>(tile): this lane's ldmatrix row address in a K / V tile (shared space).
 // q_fragments<MT, KT, S>(qf, q_rows): the warp's Q A-fragments, q_rows = its first Q row in shared.
 // qk<MT, KT, S>(s, qf, k): s = Q K^T for one 64-key tile (set, not accumulated).
+// q_lane<S>(q_rows), qk_smem<MT, KT, S>(s, q, k): the same product with the Q fragments read from
+//   shared memory (q = q_lane of the warp's first Q row), one 16-channel step at a time: 8
+//   registers for Q instead of 32 (MT = 2), MT ldmatrix more per step.
 // mask_causal<MT>(s, key0, row0): s = -inf where key > row.
 // softmax_tile<MT>(s, p, m, l, alpha, sl, slack): folds the tile into m and l; p = 2^(s sl - m_new)
 //   packed to bf16; alpha = 2^(m_old - m_new), by which the caller must rescale o (after adding
@@ -125,6 +128,12 @@ __device__ __forceinline__ uint32_t v_lane(const bf16* tile) {
     return smem_addr(tile + (lane % 16) * S + 8 * (lane / 16));
 }
 
+template <int S>
+__device__ __forceinline__ uint32_t q_lane(const bf16* q_rows) {
+    const int lane = threadIdx.x % 32;
+    return smem_addr(q_rows + (lane % 16) * S + 8 * (lane / 16));
+}
+
 template <int MT, int KT, int S>
 __device__ __forceinline__ void q_fragments(uint32_t (&qf)[MT][KT][4], const bf16* q_rows) {
     const int lane = threadIdx.x % 32;
@@ -153,6 +162,30 @@ __device__ __forceinline__ void qk(float (&s)[MT][8][4], const uint32_t (&qf)[MT
                 mma_bf16_16816(s[mt][2 * p + 1], qf[mt][kk], kb[2], kb[3]);
             }
         }
+}
+
+template <int MT, int KT, int S>
+__device__ __forceinline__ void qk_smem(float (&s)[MT][8][4], uint32_t q, uint32_t k) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t qf[MT][4];  // this 16-channel step's Q fragments only: 8 registers at MT = 2
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) ldmatrix_x4(qf[mt], q + (16 * mt * S + 16 * kk) * 2);
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, k + (16 * p * S + 16 * kk) * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16_16816(s[mt][2 * p], qf[mt], kb[0], kb[1]);
+                mma_bf16_16816(s[mt][2 * p + 1], qf[mt], kb[2], kb[3]);
+            }
+        }
+    }
 }
 
 template <int MT>
