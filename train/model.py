@@ -24,9 +24,8 @@ to the rank that owns it, updates its shard, and all ranks then gather the param
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from references.encoder_backward import plan_words
@@ -406,7 +405,7 @@ class ProgramPasses:
         # a layernorm output: the forward call that wrote it (its mean and rstd are kept per layer), again
         mean = self.at(f"{name}_mean", l)
         (writer,) = [c for c in self.forward if isinstance(c, Call) and c.args.get("mean") == mean]
-        return dataclasses.replace(writer, label=label)
+        return replace(writer, label=label)
 
 
 class ProgramUpdate:
