@@ -148,6 +148,33 @@ def test_deterministic_runs_are_identical(tmp_path, data):
     assert a["losses"] == b["losses"] and a["val_losses"] == b["val_losses"] and a["samples"] == b["samples"]
 
 
+def test_recompute_trains_the_identical_run_in_fewer_bytes(tmp_path, data):
+    """--recompute 2 (GELU and layernorm outputs refilled in the backward) gives the --deterministic
+    run's losses, validation losses and samples exactly; the summary's memory shows the bytes."""
+    kept = train(tmp_path, "kept", data, "-b", 4, "--steps", 5, "--deterministic")
+    r2 = train(tmp_path, "r2", data, "-b", 4, "--steps", 5, "--deterministic", "--recompute", 2)
+    assert r2["losses"] == kept["losses"] and r2["val_losses"] == kept["val_losses"] and r2["samples"] == kept["samples"]
+    m0, m2 = kept["memory"], r2["memory"]
+    print("\nMiB  " + "  ".join(f"{k}: {m0[k] / 2**20:.1f} -> {m2[k] / 2**20:.1f}" for k in m0
+                                 if k not in ("recompute", "gpu_total")))
+    assert (m0["recompute"], m2["recompute"]) == (0, 2) and m2["activations"] < m0["activations"]
+    assert 0 < m0["run_after_capture"] <= m0["gpu_used_after_capture"] <= m0["gpu_total"]
+
+
+def test_a_batch_too_large_for_the_gpu_is_refused_in_one_line_before_allocating(tmp_path):
+    """B=5000 at T=64 (about 280 GB of buffers at fp32): one error line with the GiB needed and free
+    and what to do, exit status 1, no traceback, and no time spent compiling."""
+    from train import formats
+    path = tmp_path / "tokens.bin"
+    formats.write_tokens(path, np.arange(400_000) % 5000)
+    r = bounded([sys.executable, "-m", "workbench", "train", "-i", str(path), "-t", "64", "-b", "5000", "-v", "0",
+                 "-s", "0", "--steps", "1"], RUN_S, cwd=ROOT)
+    errors = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("error:")]
+    print("\n" + "\n".join(errors), f"({r.seconds:.1f} s)")
+    assert r.returncode == 1 and len(errors) == 1 and "Traceback" not in r.stderr
+    assert "B=5000, T=64" in errors[0] and "GiB of GPU memory" in errors[0] and "smaller -b" in errors[0]
+
+
 def test_two_micro_steps_of_b_equal_one_step_of_2b(tmp_path, data):
     micro = train(tmp_path, "micro", data, "-b", 2, "--total-batch", 2 * 2 * 64, "--steps", 6)
     whole = train(tmp_path, "whole", data, "-b", 4, "--steps", 6)

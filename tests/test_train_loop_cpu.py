@@ -188,6 +188,27 @@ def test_zero_1_on_one_process_trains_as_without(host_gpu, data, tmp_path):
     assert a["losses"] == b["losses"]
 
 
+def test_recompute_trains_identically_reports_less_memory_and_may_change_on_resume(host_gpu, data, tmp_path):
+    """--recompute 2 gives --recompute 0's losses with fewer activation bytes (the summary's memory,
+    by kind); a run checkpointed at --recompute 2 resumes at --recompute 1 (given) or at 2 (carried)
+    and continues the same losses."""
+    flags = dict(**data, batch=2, steps=6)
+    kept = run(tmp_path, "kept", **flags)
+    ck = dict(checkpoint_every=3, checkpoint_dir=str(tmp_path / "ck"))
+    r2 = run(tmp_path, "r2", **flags, recompute=2, **ck)
+    assert r2["losses"] == kept["losses"]
+    m0, m2 = kept["memory"], r2["memory"]
+    assert (m0["recompute"], m2["recompute"]) == (0, 2) and 0 < m2["activations"] < m0["activations"]
+    assert m0["buffers"] - m2["buffers"] == m0["activations"] - m2["activations"]
+    assert all(m0[k] == m2[k] > 0 for k in ("parameters", "gradients", "optimizer state"))
+    model3 = str(tmp_path / "ck" / "model_00000003.bin")
+    given = run(tmp_path, "given", **data, resume=model3, recompute=1, explicit=frozenset({"recompute"}),
+                checkpoint_dir=str(tmp_path / "ck"))
+    carried = run(tmp_path, "carried", **data, resume=model3, checkpoint_dir=str(tmp_path / "ck"))
+    assert given["memory"]["recompute"] == 1 and carried["memory"]["recompute"] == 2
+    assert given["losses"] == carried["losses"] == kept["losses"][3:]
+
+
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_model_saved(host_gpu, data, tmp_path, monkeypatch,
                                                                              signum):

@@ -54,7 +54,7 @@ def refused(result, option: str) -> str:
     (["--warmup", "-1"], "--warmup"), (["--final-lr-frac", "1.5"], "--final-lr-frac"),
     (["--decay-frac", "0"], "--decay-frac"), (["--lr-schedule", "step"], "--lr-schedule"),
     (["--total-batch", "0"], "--total-batch"), (["--zero", "2"], "--zero"), (["--keep", "-1"], "--keep"),
-    (["--comm-timeout", "inf"], "--comm-timeout"),
+    (["--comm-timeout", "inf"], "--comm-timeout"), (["--recompute", "3"], "--recompute"),
 ])
 def test_a_bad_value_is_one_line_naming_its_option(args, option):
     line = refused(invoke(*args), option)
@@ -301,3 +301,4 @@ def test_the_command_line_is_made_from_the_one_description_of_the_options():
     for name, f in fields.items():
         assert params[name].default == f.default, name
     assert KEPT["total_batch"] == "--total-batch" and "batch" in CARRIED and not set(KEPT) & set(CARRIED)
+    assert "recompute" in CARRIED  # it changes no numbers: a resumed run may change it

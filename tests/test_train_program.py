@@ -375,3 +375,125 @@ def test_fused_two_micro_steps_of_b_equal_one_step_of_2b():
     fcb = pa.grad("fcb", 0)
     assert np.abs(a.view(fcb)).max() > 0
     np.testing.assert_allclose(a.host["grads"], b.host["grads"], rtol=1e-12, atol=1e-16)
+
+
+# -- --recompute: activations refilled in the backward instead of kept per layer ---------------------------
+from train.backends import GiB, HEADROOM, check_fits  # noqa: E402
+from train.errors import TrainError  # noqa: E402
+from train.model import RECOMPUTED, Call, memory_groups  # noqa: E402
+from workbench.family import Project  # noqa: E402
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_recompute_keeps_fewer_activation_bytes_and_nothing_else_changes(precision):
+    config = preset("d12")
+    B, T, L, C = 4, 1024, config.num_layers, config.channels
+    size = 2 if precision == "bf16" else 4
+    BTC = B * T * C * size
+    attention = "flash" if precision == "bf16" else "softmax"
+    p0, p1, p2 = (Program(config, B, T, attention, precision=precision, recompute=r) for r in (0, 1, 2))
+    m0, m1, m2 = (p.memory() for p in (p0, p1, p2))
+    assert m0["fch_gelu"] == L * 4 * BTC and m1["fch_gelu"] == m2["fch_gelu"] == 4 * BTC
+    assert m1["ln1"] == m1["ln2"] == L * BTC
+    assert "ln1" not in m2 and m2["ln2"] == BTC  # ln1 lives in lnf, ln2 in one layer's worth
+    assert sum(m0.values()) - sum(m1.values()) == (L - 1) * 4 * BTC
+    assert sum(m1.values()) - sum(m2.values()) == (2 * L - 1) * BTC
+    g0, g2 = memory_groups(m0), memory_groups(m2)
+    assert {k: v for k, v in g0.items() if k != "activations"} == {k: v for k, v in g2.items() if k != "activations"}
+    assert g0["activations"] - g2["activations"] == sum(m0.values()) - sum(m2.values())
+    assert [p0.memory_with(r) for r in (0, 1, 2)] == [sum(m.values()) for m in (m0, m1, m2)]
+    assert [c.label for c in p2.forward] == [c.label for c in p0.forward]  # the forward is the same calls
+
+
+def recompute_twin(program, kept, call):
+    """The call of `kept` (the recompute=0 program) that computes what `call` of `program` does."""
+    layer, name = call.label.split()[1], call.label.split()[2]
+    return kept._refill(name, int(layer))
+
+
+@pytest.mark.parametrize("recompute", [1, 2])
+@pytest.mark.parametrize("attention, precision", [("softmax", "fp32"), ("relu", "fp32"), ("flash", "bf16")])
+def test_every_read_of_a_recomputed_buffer_sees_the_value_the_keeping_program_reads(recompute, attention, precision):
+    """Dataflow: walk forward, loss and backward; each write into a buffer that holds a recomputed
+    activation records which value (the recompute=0 program's slice for it) the buffer now holds;
+    each read must find there the value the recompute=0 program reads at that call. So every refill
+    comes before its readers and nothing overwrites it while they need it."""
+    config = preset("tiny")
+    kept = Program(config, 2, 16, attention, precision=precision)
+    p = Program(config, 2, 16, attention, precision=precision, recompute=recompute)
+    calls = [c for c in p.forward + p.loss + p.backward if isinstance(c, Call)]
+    refills = [c for c in calls if c.label.endswith("(recomputed)")]
+    assert len(refills) == config.num_layers * len(RECOMPUTED[recompute])
+    assert all(any(c is r for c in p.backward) for r in refills)
+    others = [c for c in calls if not any(c is r for r in refills)]
+    kept_calls = [c for c in kept.forward + kept.loss + kept.backward if isinstance(c, Call)]
+    assert [c.label for c in others] == [c.label for c in kept_calls]
+    twins = {id(c): k for c, k in zip(others, kept_calls)}
+    twins.update({id(c): recompute_twin(p, kept, c) for c in refills})
+    homes, project, holds, reads = set(p.recomputed.values()), Project(), {}, 0
+    for call in calls:
+        twin, args = twins[id(call)], project.family(call.family).args_for(call.precision)
+        for a in args:
+            ref = call.args[a.name]
+            if a.is_input and ref.buffer in homes:
+                assert holds.get(ref) == twin.args[a.name], f"{call.label} reads {a.name} from {ref.buffer} " \
+                                                            f"holding {holds.get(ref)}, not {twin.args[a.name]}"
+                reads += 1
+        for a in args:
+            if a.is_output and call.args[a.name].buffer in homes:
+                holds[call.args[a.name]] = twin.args[a.name]
+    assert reads >= 2 * config.num_layers * len(RECOMPUTED[recompute])  # the forward's reader and the backward's
+
+
+def one_step(program, params, tokens, targets):
+    backend = ReferenceBackend(program)
+    backend.host["params"][:] = params
+    if "params_bf16" in backend.host:
+        backend.host["params_bf16"][:] = params
+    backend.host["tokens"][:], backend.host["targets"][:] = tokens, targets
+    backend.host["optimizer_scalars"][:] = (1e-3, 0.9, 0.999, 1e-8, 0.0, 1)
+    backend.run(program.zero_grads + program.forward + program.loss + program.backward)
+    out = {"losses": backend.host["losses"].copy(), "grads": backend.host["grads"].copy()}
+    backend.run(program.update)
+    out["params"] = backend.host["params"].copy()
+    return out
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_step_through_the_references_is_identical_at_every_recompute(precision):
+    """Losses, gradients and updated parameters equal bit for bit at --recompute 0, 1 and 2 (the
+    refills re-run the forward's own computations on the same inputs); and leaving the refills out
+    of the recompute=2 backward (stale buffers: the layer above's values) changes the gradients."""
+    config, B, T = preset("tiny"), 2, 16
+    rng = np.random.default_rng(5)
+    params = fresh_init(config, 0) + rng.normal(0, 0.02, layout(config).total)
+    tokens, targets = (rng.integers(0, config.vocab_size, B * T) for _ in range(2))
+    attention = "flash" if precision == "bf16" else "softmax"
+    runs = [one_step(Program(config, B, T, attention, precision=precision, recompute=r), params, tokens, targets)
+            for r in (0, 1, 2)]
+    for r, run in enumerate(runs[1:], 1):
+        for key in ("losses", "grads", "params"):
+            assert np.array_equal(run[key], runs[0][key]), f"--recompute {r}: {key} differ"
+    stale = Program(config, B, T, attention, precision=precision, recompute=2)
+    stale.backward = [c for c in stale.backward if not getattr(c, "label", "").endswith("(recomputed)")]
+    assert not np.array_equal(one_step(stale, params, tokens, targets)["grads"], runs[0]["grads"])
+
+
+def test_a_batch_that_does_not_fit_is_refused_before_allocating_with_what_would_fit():
+    config, B, T = preset("d12"), 64, 1024
+    p = Program(config, B, T, precision="fp32")
+    need = {r: p.memory_with(r) + HEADROOM for r in (0, 1, 2)}
+    check_fits(p, 0, need[0], 80 * 2**30)  # exactly enough: no error
+    with pytest.raises(TrainError) as e:
+        check_fits(p, 0, need[0] - 1, 80 * 2**30)
+    line = str(e.value)
+    assert "\n" not in line and "B=64, T=1024" in line and f"needs {need[0] / GiB:.1f} GiB" in line
+    assert f"pass --recompute 1 (it needs {need[1] / GiB:.1f} GiB)" in line and "smaller -b" in line
+    with pytest.raises(TrainError, match="pass --recompute 2"):
+        check_fits(p, 0, need[2], 80 * 2**30)
+    with pytest.raises(TrainError, match=r"give a smaller -b .*; --recompute 2 alone needs"):
+        check_fits(p, 0, need[2] - 1, 80 * 2**30)
+    p2 = Program(config, B, T, precision="fp32", recompute=2)
+    with pytest.raises(TrainError) as e:
+        check_fits(p2, 2**20, need[2], 80 * 2**30)  # the scratch counts too
+    assert "--recompute 2 needs" in str(e.value) and "alone" not in str(e.value)

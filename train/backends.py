@@ -25,7 +25,8 @@ from workbench.family import Family, Project, Version, load_version
 from workbench.promote import DETERMINISTIC, MANIFEST, PromoteError, entry_key, read_manifest, sha256
 
 from .errors import TrainError
-from .model import ITEMSIZE, AllGather, AllReduce, Call, Join, Program, Reduce, Slice, Zero, promotion_sizes
+from .model import (ITEMSIZE, RECOMPUTED, AllGather, AllReduce, Call, Join, Program, Reduce, Slice, Zero, memory_groups,
+                    promotion_sizes)
 
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 COLLECTIVES = (Reduce, Join, AllReduce, AllGather)
@@ -204,6 +205,35 @@ def single_process(program: Program, collective) -> None:
         raise TrainError(f"{collective.label}: the program spans {program.world} ranks but no communicator was given")
 
 
+# Kept free beyond the program's buffers and scratch: what is allocated after them (cuBLAS's and
+# cuDNN's workspaces, the CUDA graphs, NCCL's buffers) must fit too.
+HEADROOM = 1 << 30
+GiB = float(1 << 30)
+
+
+def check_fits(program: Program, scratch_bytes: int, free: int, total: int) -> None:
+    """Refuse, before anything is allocated, a program whose buffers, scratch and HEADROOM exceed
+    the GPU's free memory: one line with what it needs, what there is, and what would fit."""
+    need = sum(program.memory().values()) + scratch_bytes + HEADROOM
+    if need <= free:
+        return
+    groups = memory_groups(program.memory())
+    weights = groups["parameters"] + groups["gradients"] + groups["optimizer state"]
+    levels = {r: program.memory_with(r) + scratch_bytes + HEADROOM for r in RECOMPUTED if r > program.recompute}
+    fits = [r for r, n in levels.items() if n <= free]
+    smaller = "a smaller -b (with --total-batch to keep the tokens per step)"
+    if fits:
+        hint = f"pass --recompute {fits[0]} (it needs {levels[fits[0]] / GiB:.1f} GiB) or {smaller}"
+    else:
+        hint = f"give {smaller}" + (f"; --recompute {max(levels)} alone needs {levels[max(levels)] / GiB:.1f} GiB"
+                                    if levels else "")
+    raise TrainError(f"B={program.B}, T={program.T} at {program.precision} with --recompute {program.recompute} needs "
+                     f"{need / GiB:.1f} GiB of GPU memory (activations {groups['activations'] / GiB:.1f}, parameters, "
+                     f"gradients and optimizer state {weights / GiB:.1f}, kernel scratch {scratch_bytes / GiB:.1f}, "
+                     f"{HEADROOM / GiB:.0f} kept free for the libraries' workspaces and the graphs), but "
+                     f"{free / GiB:.1f} GiB of the GPU's {total / GiB:.1f} are free: {hint}")
+
+
 @dataclass
 class PlannedCall:
     label: str
@@ -216,27 +246,34 @@ class KernelBackend:
 
     def __init__(self, program: Program, promoted: PromotedSet, comm=None):
         import pycuda.driver as drv
-        from workbench import compile as wb_compile
-        from workbench.launch import DeviceBuffer, build_plan, scratch_sizes
-
         self.drv = drv
         self.program = program
         self.promoted = promoted
         self.comm = comm
         self._collectives: dict[int, PlannedCall] = {}
-        project = promoted.project
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
+        prepared, scratch_need = self._prepare()
+        self.scratch_bytes = sum(n for n, _ in scratch_need.values())
+        check_fits(program, self.scratch_bytes, *drv.mem_get_info())  # before anything is allocated
         self.allocs = {}
         for name, spec in program.buffers.items():
             nbytes = -(-spec.elems * ITEMSIZE[spec.dtype] // 4) * 4
             self.allocs[name] = drv.mem_alloc(max(4, nbytes))
             drv.memset_d32(self.allocs[name], 0, max(1, nbytes // 4))
+        self.scratch = {key: drv.mem_alloc(nbytes) for key, (nbytes, _) in scratch_need.items()}
         self.modules: dict[str, tuple] = {}
-        # Scratch is shared by every call of a family: the calls run one after another on one stream.
+        self.plans: dict[int, PlannedCall] = {}
+        self._plan(prepared, scratch_need)
+
+    def _prepare(self) -> tuple[list, dict[tuple[str, str], tuple[int, str]]]:
+        """Each call's family, promoted version, sizes and block size, its wiring checked; and the
+        scratch each family needs, shared by its calls (they run one after another on one stream)."""
+        from workbench.launch import scratch_sizes
+        promoted = self.promoted
         scratch_need: dict[tuple[str, str], tuple[int, str]] = {}
         prepared = []
-        for call in program.calls:
-            family = project.family(call.family)
+        for call in self.program.calls:
+            family = promoted.project.family(call.family)
             version = promoted.version(call.family, call.precision, call.variant)
             sizes = _family_sizes(family, call)
             check_wiring(family, call, sizes, self.dtypes)
@@ -249,9 +286,12 @@ class KernelBackend:
                 key = (call.family, name)
                 scratch_need[key] = (max(nbytes, scratch_need.get(key, (0, dtype))[0]), dtype)
             prepared.append((call, family, version, sizes, bs))
-        self.scratch = {key: drv.mem_alloc(nbytes) for key, (nbytes, _) in scratch_need.items()}
-        self.scratch_bytes = sum(n for n, _ in scratch_need.values())
-        self.plans: dict[int, PlannedCall] = {}
+        return prepared, scratch_need
+
+    def _plan(self, prepared: list, scratch_need: dict[tuple[str, str], tuple[int, str]]) -> None:
+        """Compile each promoted version once and build each call's launch plan on the buffers."""
+        from workbench import compile as wb_compile
+        from workbench.launch import DeviceBuffer, build_plan
         for call, family, version, sizes, bs in prepared:
             if version.path not in self.modules:
                 module, resources, _ = wb_compile.load_module(version.path)

@@ -23,8 +23,9 @@ to the rank that owns it, updates its shard, and all ranks then gather the param
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from references.encoder_backward import plan_words
@@ -124,6 +125,32 @@ class BufferDecl:
 ITEMSIZE = {"f32": 4, "i32": 4, "bf16": 2}
 PRECISIONS = ("fp32", "bf16")
 
+# --recompute: the per-layer activations a program does not keep for the backward, each mapped to
+# the one buffer that holds whichever layer's value is current (at() hands it out for every layer).
+# The forward writes each layer's value there and its next reader takes it at once; the backward
+# refills it for layer l right before layer l's first reader (ProgramPasses._recomputing). 1:
+# fch_gelu, the GELU of the kept pre-GELU fch (gelu_forward again: 4BTC per layer). 2: also the
+# layernorm outputs, by re-running the forward call that wrote them (layernorm_forward for layer
+# 0's ln1, fused_residual_forward for the others; their inputs are kept): the same kernel on the
+# same inputs writes the same bits, so every setting gives the same step. ln1 lives in lnf, which
+# only the lm head reads (forward: after the last layer's ln1 is consumed; backward: before the
+# layers); ln2 has one buffer of its own.
+RECOMPUTED = {0: {}, 1: {"fch_gelu": "fch_gelu"}, 2: {"fch_gelu": "fch_gelu", "ln1": "lnf", "ln2": "ln2"}}
+# What each buffer holds, for the memory report (memory_groups); every other buffer is activations
+# (their gradients, the batch and its plan, the small scalars included).
+MEMORY_GROUPS = {"params": "parameters", "params_bf16": "parameters", "grads": "gradients", "m": "optimizer state",
+                 "v": "optimizer state", "scratch (shared per family)": "scratch"}
+
+
+def memory_groups(memory: dict[str, int]) -> dict[str, int]:
+    """Bytes per buffer (a Program's or a backend's memory()) summed by what the buffers hold:
+    parameters, gradients, optimizer state, activations (and scratch, where the backend has it)."""
+    out = {"parameters": 0, "gradients": 0, "optimizer state": 0, "activations": 0}
+    for name, nbytes in memory.items():
+        group = MEMORY_GROUPS.get(name, "activations")
+        out[group] = out.get(group, 0) + nbytes
+    return out
+
 # The families each attention kind uses.
 ATTENTION = {"softmax": ("attention_forward", "attention_backward"),
              "flash": ("attention_forward", "attention_backward"),
@@ -149,11 +176,17 @@ class ProgramBuffers:
     (`at`), the parameters and gradients as the passes read them, and the memory they take."""
 
     def _buf(self, name: str, elems: int, dtype: str = "f32", per_layer: bool = False) -> None:
-        L = self.config.num_layers if per_layer else 1
+        home = self.recomputed.get(name) if per_layer else None
+        if home is not None and home != name:  # kept in another buffer (RECOMPUTED): nothing to declare
+            return
+        L = self.config.num_layers if per_layer and home is None else 1
         self.buffers[name] = BufferDecl(name, elems * L, dtype)
 
     def at(self, name: str, layer: int | None = None, elems: int | None = None) -> Slice:
-        """A buffer, or one layer's slice of a per-layer buffer."""
+        """A buffer, or one layer's slice of a per-layer buffer (a recomputed activation: the one
+        buffer that holds every layer's value in turn)."""
+        if name in self.recomputed:
+            name, layer = self.recomputed[name], None
         spec = self.buffers[name]
         if layer is None:
             return Slice(name, 0, spec.elems if elems is None else elems)
@@ -212,6 +245,13 @@ class ProgramBuffers:
 
     def memory(self) -> dict[str, int]:
         return {name: spec.elems * ITEMSIZE[spec.dtype] for name, spec in self.buffers.items()}
+
+    def memory_with(self, recompute: int) -> int:
+        """The buffers' total bytes were this program built with another --recompute."""
+        other = copy.copy(self)
+        other.recomputed, other.buffers = RECOMPUTED[recompute], {}
+        other._declare_buffers()
+        return sum(other.memory().values())
 
 
 class ProgramPasses:
@@ -306,7 +346,7 @@ class ProgramPasses:
         b.append(self._ln_back(grad("lnfw"), grad("lnfb"), at("residual3", L - 1), param("lnfw"), at("lnf_mean"),
                                at("lnf_rstd"), "lnf"))
         for layer in reversed(range(L)):
-            b += self._backward_layer(layer)
+            b += self._recomputing(layer, self._backward_layer(layer))
         b.append(Call("encoder_backward", {**self._bt, "C": C, "V": Vp},
                       {"dwte": grad("wte"), "dwpe": Slice("grads", self.layout["wpe"].offset, T * C),
                        "dout": at("dresidual"), "inp": at("tokens"), "role": at("eb_role"), "plan": at("eb_plan")},
@@ -333,6 +373,32 @@ class ProgramPasses:
                          at("ln1_rstd", l), f"layer {l} ln1"))
         # now dresidual holds d(residual entering layer l)
         return b
+
+
+    def _recomputing(self, l: int, calls: list[Step]) -> list[Step]:
+        """Layer l's backward with each activation the program does not keep (RECOMPUTED) refilled
+        right before the first call that binds it."""
+        refill = {self.at(name, l): name for name in self.recomputed}
+        assert len(refill) == len(self.recomputed), "two recomputed activations share a buffer"
+        out: list[Step] = []
+        for call in calls:
+            for ref in call.args.values() if isinstance(call, Call) else ():
+                if ref in refill:
+                    out.append(self._refill(refill.pop(ref), l))
+            out.append(call)
+        assert not refill, f"layer {l}'s backward never reads {', '.join(refill.values())}"
+        return out
+
+    def _refill(self, name: str, l: int) -> Call:
+        """The call that recomputes layer l's `name` from what the forward kept."""
+        label = f"layer {l} {name} (recomputed)"
+        if name == "fch_gelu":  # from the kept pre-GELU fch, however the forward made its GELU
+            return Call("gelu_forward", {**self._bt, "C": 4 * self.config.channels},
+                        {"out": self.at("fch_gelu", l), "inp": self.at("fch", l)}, label=label)
+        # a layernorm output: the forward call that wrote it (its mean and rstd are kept per layer), again
+        mean = self.at(f"{name}_mean", l)
+        (writer,) = [c for c in self.forward if isinstance(c, Call) and c.args.get("mean") == mean]
+        return replace(writer, label=label)
 
 
 # The fused families the MLP may run in place of matmul + GELU (forward) and matmul backward + GELU
@@ -486,12 +552,13 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
     rank and zero place this rank's optimizer shard; weight_decay (a bool: the rate itself is a
     device scalar) splits the update so only the 2-D weights decay; grad_clip is AdamW's max_norm
     (0: no clipping, and no norm computed); fused names the families of FUSED_GELU the MLP uses
-    (ProgramMLP)."""
+    (ProgramMLP); recompute (0, 1, 2) which activations the backward recomputes instead of keeping
+    them per layer (RECOMPUTED)."""
 
     def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
                  micro_steps: int = 1, world: int = 1, rank: int = 0, zero: int = 0, weight_decay: bool = False,
                  grad_clip: float = 1.0, bucket_elems: int = BUCKET_ELEMS, precision: str = "fp32",
-                 fused: tuple[str, ...] = ()):
+                 fused: tuple[str, ...] = (), recompute: int = 0):
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
         if precision not in PRECISIONS:
@@ -499,7 +566,10 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
         unknown = sorted(set(fused) - set(FUSED_GELU))
         if unknown:
             raise ValueError(f"fused may name {', '.join(FUSED_GELU)}, not {', '.join(unknown)}")
+        if recompute not in RECOMPUTED:
+            raise ValueError(f"recompute must be one of {', '.join(map(str, RECOMPUTED))}")
         self.precision, self.fused = precision, tuple(fused)
+        self.recompute, self.recomputed = recompute, RECOMPUTED[recompute]
         self.attention_variant = attention_variant(attention, precision)
         if self.attention_variant == "tf32" and not tf32:
             from .errors import TrainError

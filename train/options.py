@@ -147,6 +147,10 @@ class TrainOptions:
                                "them is promoted at the precision.")
     zero: int = opt(0, "--zero", type=click.IntRange(0, 1), resume=CARRIED_,
                     help="1: ZeRO-1, each GPU keeps and updates only its shard of the optimizer state.")
+    recompute: int = opt(0, "--recompute", type=click.IntRange(0, 2), resume=CARRIED_,
+                         help="Memory for time: 0 keeps every activation for the backward; 1 recomputes each layer's "
+                              "GELU output there instead (one buffer for all layers); 2 also its layernorm outputs. "
+                              "The step's numbers are the same at every setting.")
     json: str | None = opt(None, "--json", type=click.Path(dir_okay=False),
                            help="Write the run's summary (the losses included) here.")
     force: bool = opt(False, "--force", is_flag=True,

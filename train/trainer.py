@@ -39,7 +39,7 @@ from .data import TrainData, ValData, window
 from .distributed import drain_output
 from .config import EOT, GPT2Config, PRESETS, preset
 from .errors import TrainError
-from .model import FUSED_GELU, Program, flops_per_token
+from .model import FUSED_GELU, Program, flops_per_token, memory_groups
 from .options import Run, TrainOptions  # noqa: F401  (TrainOptions: the trainer's options, re-exported)
 from .params import fresh_init
 
@@ -96,7 +96,8 @@ class Trainer:
         fused = tuple(f for f in FUSED_GELU if o.fuse_gelu and self.promoted.serves(f, o.precision))
         self.program = Program(self.config, o.batch, o.seq, o.attention, o.tf32, micro_steps=self.M, world=d.world,
                                rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
-                               precision=o.precision, fused=fused)
+                               precision=o.precision, fused=fused, recompute=o.recompute)
+        self.free_at_start, self.total_memory = drv.mem_get_info()  # this process's context made, nothing allocated
         self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm())
         padded = np.zeros(self.program.padded_params, dtype=np.float32)
         padded[:self.params.size] = self.params
@@ -330,6 +331,7 @@ def run_rows(run: Run, source: str) -> list[tuple[str, object]]:
             ("checkpoints", f"every {o.checkpoint_every} steps into {o.checkpoint_dir}/"
                             + (f", keep {o.keep}" if o.keep else "") if o.checkpoint_every else "-"),
             ("ZeRO", f"stage {o.zero}"), ("deterministic", "yes" if o.deterministic else "no"),
+            ("recompute", {0: "0 (every activation kept)", 1: "1 (GELU)", 2: "2 (GELU, layernorms)"}[o.recompute]),
             ("save", o.save or "-")]
 
 
@@ -418,7 +420,8 @@ class TrainLoop:
         peak_kind = "bf16" if o.precision == "bf16" else ("tf32" if o.tf32 else "fp32")
         self.peak = matmul_peak(peak_kind) if dist.is_root else math.nan
         ui.device_line(self.trainer.drv.Context.get_device().name(), peak_kind, self.peak)
-        ui.memory_table(self.trainer.backend.memory())
+        memory = self.trainer.backend.memory()
+        ui.memory_table(memory, memory_groups(memory))
         _notes(self.trainer, run, ui)
         dist.barrier("the other ranks' set-up (compiling, capturing)")
         self.decode = _decoder(o.train_tokens)
@@ -426,7 +429,8 @@ class TrainLoop:
         self.flops_per_tok = flops_per_token(config, o.seq)
         self.summary = {"steps": self.start, "start_step": self.start, "losses": [], "lrs": [], "val_losses": [],
                         "samples": [], "stopped": None, "checkpoints": [], "world": dist.world,
-                        "micro_steps": run.micro_steps, "total_batch": run.total_batch}
+                        "micro_steps": run.micro_steps, "total_batch": run.total_batch,
+                        "memory": memory_report(self.trainer)}
         self.last_finite: tuple[int, float] | None = None
         self.checkpointed = self.start
 
@@ -496,6 +500,7 @@ class TrainLoop:
             trainer.capture()  # after the first (uncaptured) step has warmed everything up
             free, total_mem = trainer.drv.mem_get_info()
             s["gpu_memory_used"] = total_mem - free
+            s["memory"] = memory_report(trainer, free)
         tps = self.run.total_batch / (ms / 1e3)
         mfu = 100 * self.flops_per_tok * tps / self.dist.world / (self.peak * 1e12)
         rec = StepRecord(step + 1, loss, ms, tps, mfu, host_us, lr)
@@ -532,6 +537,20 @@ class TrainLoop:
             formats.atomic_write(o.json, [json.dumps(s, indent=1, default=str).encode() + b"\n"])
         if not failed:  # after a failure the GPU may be stuck on a dead peer: the process just ends
             trainer.release()
+
+
+def memory_report(trainer: Trainer, free_now: int | None = None) -> dict:
+    """The run's GPU memory in bytes: its buffers by kind (model.memory_groups: parameters,
+    gradients, optimizer state, activations, scratch) and their total; the GPU's size and what was
+    free before the buffers; after the graphs are captured (free_now), what is in use on the GPU
+    and how much of that this run took (buffers, library workspaces, graphs, code)."""
+    memory = trainer.backend.memory()
+    out = {**memory_groups(memory), "buffers": sum(memory.values()), "recompute": trainer.run.opts.recompute,
+           "gpu_total": trainer.total_memory, "gpu_free_at_start": trainer.free_at_start}
+    if free_now is not None:
+        out.update(gpu_used_after_capture=trainer.total_memory - free_now,
+                   run_after_capture=trainer.free_at_start - free_now)
+    return out
 
 
 def train(run: Run, ui, dist) -> dict:

@@ -37,7 +37,7 @@ class TrainUI:
         self.console.print(f"[bold]device[/] {escape(name)}; matmuls in {kind}; measured {kind} matmul peak "
                            f"{peak:.0f} TFLOP/s (cuBLASLt) for MFU")
 
-    def memory_table(self, memory: dict[str, int]) -> None:
+    def memory_table(self, memory: dict[str, int], groups: dict[str, int] | None = None) -> None:
         t = Table(title="device memory", title_justify="left")
         t.add_column("buffer")
         t.add_column("MiB", justify="right")
@@ -46,6 +46,8 @@ class TrainUI:
                 t.add_row(name, f"{nbytes / 2**20:,.1f}")
         t.add_row("[bold]total[/]", f"[bold]{sum(memory.values()) / 2**20:,.1f}[/]")
         self.console.print(t)
+        if groups:
+            self.console.print("[bold]by kind[/] " + ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in groups.items()))
 
     def step(self, r, total: int) -> None:
         self.console.print(f"step {r.step:4d}/{total}: train loss {r.loss:.6f} ({r.ms:.1f} ms, {r.tokens_per_s:,.0f} tok/s, "
@@ -62,7 +64,11 @@ class TrainUI:
 
     def summary(self, s: dict) -> None:
         if "gpu_memory_used" in s:
-            self.console.print(f"[bold]GPU memory in use[/] after capture: {s['gpu_memory_used'] / 2**30:.2f} GiB")
+            m = s.get("memory", {})
+            mine = (f" (this run: {m['run_after_capture'] / 2**30:.2f} GiB, {m['buffers'] / 2**30:.2f} of it buffers, "
+                    f"{m['activations'] / 2**30:.2f} activations at --recompute {m['recompute']})"
+                    if "run_after_capture" in m else "")
+            self.console.print(f"[bold]GPU memory in use[/] after capture: {s['gpu_memory_used'] / 2**30:.2f} GiB" + mine)
         if "median_ms" in s:
             self.console.print(f"[bold]average step[/] ({s['window']}, median): {s['median_ms']:.2f} ms, "
                                f"{s['median_tokens_per_s']:,.0f} tok/s, MFU {s['median_mfu']:.1f}%, "
