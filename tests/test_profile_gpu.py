@@ -3,16 +3,16 @@ real versions under ncu are there and plausible, one kernel per launch step of o
 call's kernels found without knowing their names, and the CLI's table and JSON."""
 
 import json
+import os
 import shutil
+import sys
 
 import pytest
-from click.testing import CliRunner
 
 from workbench import profile
-from workbench.cli import cli
 from workbench.family import Project
 
-from conftest import ROOT
+from conftest import ROOT, bounded
 
 pytestmark = pytest.mark.gpu
 PROJECT = Project(ROOT)
@@ -73,10 +73,13 @@ def test_a_library_calls_kernels_are_profiled_too(ncu):
 
 
 def test_the_cli_shows_two_versions_and_writes_the_json(ncu, tmp_path):
+    """As a user runs it (a process of its own: the table goes to the terminal's stdout)."""
     out = tmp_path / "prof.json"
-    r = CliRunner().invoke(cli, ["profile", "layernorm_forward", "3", "4", "--json", str(out)])
-    assert r.exit_code == 0, r.output
-    assert "layernorm_forward 3" in r.output and "layernorm_forward 4" in r.output and "locked to base" in r.output
+    r = bounded([sys.executable, "-m", "workbench", "profile", "layernorm_forward", "3", "4", "--json", str(out)],
+                300, env={**os.environ, "COLUMNS": "200"}, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "layernorm_forward 3" in r.stdout and "layernorm_forward 4" in r.stdout and "locked to base" in r.stdout
+    assert "long_scoreboard" in r.stdout  # the stall reasons, as ncu names them
     data = json.loads(out.read_text())
     assert [v["version"] for v in data["versions"]] == [3, 4]
     assert all(v["status"] == "profiled" and v["kernels"] for v in data["versions"])
