@@ -82,7 +82,7 @@ class Promoted:
     def __init__(self, deterministic=False):
         pass
 
-    def stand_ins(self, families):
+    def stand_ins(self, families, precision="fp32"):
         return {}
 
     def serves(self, family, precision="fp32"):
@@ -311,7 +311,7 @@ def test_under_open_mpi_a_checkpointing_run_says_how_to_give_ranks_time_to_stop(
     """mpirun kills an interrupted job's ranks 1 s after its SIGTERM unless told otherwise."""
     notes = []
     ui = types.SimpleNamespace(note=notes.append)
-    program = types.SimpleNamespace(shard_elems=10, num_params=10, world=2, calls=[], fused=())
+    program = types.SimpleNamespace(shard_elems=10, num_params=10, world=2, calls=[], fused=(), precision="fp32")
     t = types.SimpleNamespace(program=program, promoted=Promoted())
     run_ = types.SimpleNamespace(opts=TrainOptions(checkpoint_every=5), resume=None,
                                  launch=Launch(world=2, rank=0, launcher="OMPI_COMM_WORLD_SIZE"))

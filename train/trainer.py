@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from references.encoder_backward import encoder_backward_plan
+from workbench.promote import entry_key
 from workbench.timing import matmul_peak
 
 from . import checkpoint, formats
@@ -355,9 +356,10 @@ def _notes(trainer: Trainer, run: Run, ui) -> None:
     ui.note(f"optimizer state (m, v): {moments / 2**20:,.1f} MiB per GPU"
             + (f" (ZeRO-1: {p.shard_elems:,} of {p.num_params:,} parameters on each of {p.world} GPUs)"
                if run.opts.zero else ""))
-    for family, e in trainer.promoted.stand_ins({c.family for c in p.calls}).items():
+    # at the run's precision: a bf16 run's families (the fused ones) may have no fp32 version promoted
+    for family, e in trainer.promoted.stand_ins({c.family for c in p.calls}, p.precision).items():
         ui.note(f"--deterministic: {family} runs version {e['version']} ({e['title']}) in place of the promoted "
-                f"version {trainer.promoted.manifest[family]['version']}")
+                f"version {trainer.promoted.manifest[entry_key(family, p.precision)]['version']}")
     for family in p.fused:
         e = trainer.promoted.entry(family, p.precision)
         ui.note(f"--fuse-gelu: {family} version {e['version']} ({e['title']})")
