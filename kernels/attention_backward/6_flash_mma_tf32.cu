@@ -33,7 +33,7 @@ preconditions = ["HS % 4 == 0", "HS <= 64"]
 # (D is exact fp32, so the rounding does not cancel). dV, dK, dQ are sums over T of such terms
 # weighted by P (a row sums to 1) or |dS|, plus the rounding of P and dS themselves: ~1e-3 of
 # |dqkv| (up to ~6), and absolute ~1e-3 where the sum cancels (e.g. dq of the first token is 0).
-# A float64 model of exactly these roundings (tests/test_bf16_attention_backward.py), which the
+# A float64 model of exactly these roundings (tests/test_attention_backward.py), which the
 # emulated kernel reproduces to the last digit, needs atol 2.2e-3 at rtol 1e-2 at the default
 # sizes and at every test size (max |error| 3.9e-3 on |dqkv| <= 5.6): 5e-3 with 1e-2 is 2.3x that.
 tolerance = { atol = 5e-3, rtol = 1e-2 }

@@ -25,7 +25,7 @@ work, a warp per (32 chunks, one of 8 fixed ranges of positions), the partials a
 Every dwte and dwpe chunk has one writer: no atomics, every row summed in fp32 and rounded once
 (family.toml: bf16 atomics fail the tolerance). The order of every addition
 (kernels/encoder_backward/encoder_backward_fast.cuh states it) is set by the data alone. The header
-is written for any element type: tests/test_encoder_backward_fast.py builds an fp32 twin to check
+is written for any element type: tests/test_encoder_backward.py builds an fp32 twin to check
 the formula bit for bit. Widths not a multiple of 8 take one channel a unit.
 
 The byte counts, the prediction, the phase stamps and the experiments:
