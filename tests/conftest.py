@@ -33,8 +33,9 @@ def gpu_available() -> str | None:
 
 # Cases this large take seconds each on the CPU: they are `slow`, left out of the default run and
 # run by `pytest -m slow` (CI runs both). Read from the sizes in a test's id (B=1,T=7,C=1600 or
-# B1-T7-C1600): on the emulator, the product of all sizes but V; anywhere, the embedding table C*V.
-SLOW_ELEMS, SLOW_TABLE = 200_000, 10_000_000
+# B1-T7-C1600): on the emulator, the product of all sizes but V (attention's, with T and HS, once
+# more T: its work grows with T squared); anywhere, the embedding table C*V.
+SLOW_ELEMS, SLOW_ATTENTION, SLOW_TABLE = 200_000, 5_000_000, 10_000_000
 SIZE_IN_ID = re.compile(r"\b([A-Z][A-Za-z]*)=?(\d+)\b")
 
 
@@ -43,6 +44,8 @@ def slow_case(nodeid: str, emulated: bool) -> bool:
     if not sizes:
         return False
     work = math.prod(v for k, v in sizes.items() if k != "V")
+    if "T" in sizes and "HS" in sizes:  # attention: every query against every key before it
+        return emulated and work * sizes["T"] >= SLOW_ATTENTION
     return (emulated and work >= SLOW_ELEMS) or sizes.get("C", 0) * sizes.get("V", 0) >= SLOW_TABLE
 
 

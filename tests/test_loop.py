@@ -172,3 +172,28 @@ def test_watch_and_sweep_are_refused_together_before_any_gpu_work():
     assert r.exit_code == 2 and "--watch and --sweep" in r.output
     r = CliRunner().invoke(cli, ["run", "--help"])
     assert "--watch" in r.output and "--fresh-baselines" in r.output
+
+
+def test_a_session_probes_once_per_machine_then_reads_what_it_kept(tmp_path, monkeypatch):
+    """probe_device asks a child the first time (here a stand-in for the child's answer: what is
+    tested is the parent's caching), keeps the answer under this machine's identity, and the next
+    session asks no child; --refresh (refresh=True) always asks."""
+    calls = []
+
+    def child(req, timeout):
+        calls.append(req)
+        return {"status": "passed", "device": {"name": "H100", "pci": "0000:19:00.0", "driver": 13000},
+                "ceiling": {"gbps": 3012.0}, "peaks": {}}
+
+    monkeypatch.setattr(device, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(device, "run_job", child)
+    monkeypatch.setattr(device, "require_pycuda", lambda: None)
+    monkeypatch.setattr(device, "host_identity", lambda: "this machine")
+    first = device.probe_device(ROOT, False, 10, lambda text: None)
+    again = device.probe_device(ROOT, False, 10, lambda text: None)
+    assert len(calls) == 1 and again["ceiling"] == first["ceiling"] == {"gbps": 3012.0}
+    device.probe_device(ROOT, True, 10, lambda text: None)
+    assert len(calls) == 2
+    monkeypatch.setattr(device, "host_identity", lambda: None)  # unreadable: every session probes
+    device.probe_device(ROOT, False, 10, lambda text: None)
+    assert len(calls) == 3
