@@ -107,6 +107,7 @@ def test_the_copy_baseline_checks_every_word_of_the_ramp_it_writes_on_the_device
     2^24, where float32 skips integers)."""
     import pycuda.autoprimaryctx  # noqa: F401
     import pycuda.driver as drv
+    from workbench.options import RowJob
     from workbench.providers import CopyProvider, run_row
     from workbench.results import Row
 
@@ -120,7 +121,9 @@ def test_the_copy_baseline_checks_every_word_of_the_ramp_it_writes_on_the_device
     for provider in (CopyProvider(8 * words), OneWordShort(8 * words)):
         case, shapes = provider.case()
         try:
-            rows[type(provider).__name__] = run_row(provider, "copy", [case], lambda c, s=shapes: s, {"time": False},
+            check_only = RowJob(time=False, flush=True, budget=0.3, screen=False, bytes=8 * words, flops=None,
+                                ceiling_gbps=1.0)
+            rows[type(provider).__name__] = run_row(provider, "copy", [case], lambda c, s=shapes: s, check_only,
                                                     lambda text: None, Row("copy", "copy"))
         finally:
             provider.close()

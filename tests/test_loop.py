@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from workbench import device, watch
@@ -197,3 +198,26 @@ def test_a_session_probes_once_per_machine_then_reads_what_it_kept(tmp_path, mon
     monkeypatch.setattr(device, "host_identity", lambda: None)  # unreadable: every session probes
     device.probe_device(ROOT, False, 10, lambda text: None)
     assert len(calls) == 3
+
+
+def test_a_rows_job_travels_typed_and_every_field_is_said(tmp_path, monkeypatch):
+    """Session.request writes the RowJob the child reads back; nothing is guessed on the way: a
+    request without one of its fields is refused (KeyError), and a copy baseline's own bytes
+    replace the family's."""
+    import json
+
+    from workbench.bench import Session
+    from workbench.options import RowJob
+    project = Project(ROOT)
+    family = project.family("layernorm_forward")
+    session = Session(project, Options(budget=0.7, flush=False))
+    session._device = {"device": {"name": "H100"}, "ceiling": {"gbps": 3000.0}, "peaks": {}}
+    req = json.loads(json.dumps(session.request(family, family.parse_sizes(None), "fp32")))
+    job = RowJob.from_request(req)
+    assert (job.budget, job.flush, job.time, job.screen, job.ceiling_gbps) == (0.7, False, True, True, 3000.0)
+    assert job.bytes == family.bytes_moved(family.parse_sizes(None), "fp32") and job.flops == family.flops_done(family.parse_sizes(None))
+    assert RowJob.from_request(req, bytes=123).bytes == 123 and RowJob.from_request(req, bytes=None).bytes == job.bytes
+    del req["budget"]
+    with pytest.raises(KeyError):
+        RowJob.from_request(req)
+    session.close()

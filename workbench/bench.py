@@ -49,7 +49,7 @@ from .device import probe_device, require_pycuda  # noqa: F401  (the CLI imports
 from .errors import SizesError, UsageError
 from .family import PROJECT_ROOT, Family, Project, Version
 from .ledger import Ledger, hand_offs  # noqa: F401
-from .options import Options, Progress, quiet  # noqa: F401
+from .options import Options, Progress, RowJob, quiet  # noqa: F401
 from .results import BenchRun, FamilyResult, Row, load, save
 from .staged import StagedCases
 
@@ -129,11 +129,11 @@ class Session:
     # -- rows ---------------------------------------------------------------------------------
     def request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:
         """The part of a rows job every provider of the family shares."""
+        o = self.options
+        job = RowJob(time=o.time, flush=o.flush, budget=o.budget, screen=o.screen, bytes=family.bytes_moved(sizes, precision),
+                     flops=family.flops_done(sizes), ceiling_gbps=self.device()["ceiling"]["gbps"])
         return {"job": "rows", "root": str(self.project.root), "family": family.name,
-                "block_sizes": self.options.block_sizes, "budget": self.options.budget,
-                "flush": self.options.flush, "time": self.options.time, "screen": self.options.screen,
-                "bytes": family.bytes_moved(sizes, precision), "flops": family.flops_done(sizes),
-                "ceiling_gbps": self.device()["ceiling"]["gbps"]}
+                "block_sizes": o.block_sizes, **job.to_request()}
 
     def run_version(self, version: Version, sizes: dict[str, int] | None = None, extra_sizes=()) -> Row:
         """Check (and, unless options.time is off, time) one version in a fresh child."""

@@ -4,7 +4,7 @@ parts, so a loop that changes an option for a while changes it for every part), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Callable
 
 from .family import Family
@@ -45,3 +45,24 @@ Progress = Callable[[str], None]
 
 def quiet(_: str) -> None:
     """A Progress that says nothing (the session's default)."""
+
+
+@dataclass
+class RowJob:
+    """What a rows job's child needs to check and time a row (providers.run_row), as it travels in
+    the request: made by Session.request from the session's Options and the family, read back by
+    the worker with from_request; no defaults are guessed on the way (a missing key is an error)."""
+    time: bool
+    flush: bool
+    budget: float
+    screen: bool
+    bytes: int                      # the bytes a launch must move (a copy baseline: its own)
+    flops: int | None
+    ceiling_gbps: float
+
+    def to_request(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_request(cls, req: dict, **override) -> "RowJob":
+        return cls(**{f.name: req[f.name] for f in fields(cls)} | {k: v for k, v in override.items() if v is not None})

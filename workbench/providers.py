@@ -25,7 +25,7 @@ import numpy as np
 from . import expr
 from .check import INT_POISON, Case, compare_all
 from .family import DTYPES, Arg, Family, Version
-from .options import Options
+from .options import RowJob
 from .results import CheckSummary, Measured, Row
 
 NAN_BITS = {"f32": 0x7FC00000, "bf16": 0x7FC07FC0}  # bf16: two NaNs per 32-bit word
@@ -433,7 +433,7 @@ def shared_tools() -> tuple[Any, Any]:
 
 
 def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: Callable[[Case], dict],
-            options: dict, report: Callable[[str], None], row: Row) -> Row:
+            options: RowJob, report: Callable[[str], None], row: Row) -> Row:
     """Check, time, re-check one provider; fills `row` as it goes (the worker flushes it to disk
     at every phase, so a crash or a timeout still says how far it got). The steps are _RowSteps'."""
     import pycuda.driver as drv
@@ -444,14 +444,14 @@ def run_row(provider: Provider, family_name: str, cases: list[Case], shapes_of: 
     configs = provider.configs()
     report("check")
     steps = _RowSteps(provider, row, checker, stream, report)
-    timing = options.get("time", True)
+    timing = options.time
     try:
         failed = steps.check(cases, configs, shapes_of, keep_timed=timing)
         usable = [c for c in configs if c not in row.unusable_block_sizes]
         if steps.ends_before_timing(usable, failed, cases[0]):
             return row
         if timing:
-            steps.time(usable, cases[0], shapes_of, options, l2flush if options.get("flush", True) else None)
+            steps.time(usable, cases[0], shapes_of, options, l2flush if options.flush else None)
             if not steps.recheck(usable):
                 return row
     finally:
@@ -524,12 +524,12 @@ class _RowSteps:
             return True
         return False
 
-    def time(self, usable: list, timed: Case, shapes_of: Callable[[Case], dict], options: dict, flush) -> None:
+    def time(self, usable: list, timed: Case, shapes_of: Callable[[Case], dict], options: RowJob, flush) -> None:
         """Time every usable configuration at the timed case (briefly, when screening), then the
         front-runners with the rest of the budget; the row's launches and timings."""
         bufs = self.kept = self.kept or CaseBuffers(self.p.args(), shapes_of(timed), timed)
-        budget = float(options.get("budget", Options.budget))
-        screen = options.get("screen", True) and len(usable) > FINALISTS
+        budget = float(options.budget)
+        screen = options.screen and len(usable) > FINALISTS
         raw, carried = {}, {}
         for config in usable:
             self.report("time" + (f" block size {config}" if config is not None else ""))
@@ -544,7 +544,7 @@ class _RowSteps:
                 raw[config] = self._measure(bufs, timed, config, flush, carried[config],
                                             budget_s=budget * (1 - SCREEN_FRACTION))
         self.row.launches = self.p.described()
-        nbytes, flops, ceiling = options["bytes"], options.get("flops"), options["ceiling_gbps"]
+        nbytes, flops, ceiling = options.bytes, options.flops, options.ceiling_gbps
         self.row.timings = {c: Measured.of(c, t, nbytes, flops, ceiling) for c, t in raw.items()}
         self.spent("time")
 

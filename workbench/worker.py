@@ -128,6 +128,7 @@ def _run_rows(req: dict, rep: Reporter, pointers: dict) -> None:
 
     from .check import load_case
     from .family import Project
+    from .options import RowJob
     from .providers import run_row, shapes_for
     from .results import Row
 
@@ -158,7 +159,7 @@ def _run_rows(req: dict, rep: Reporter, pointers: dict) -> None:
             if spec["kind"] == "torch":
                 import torch
                 row.expression, row.library_version = provider.expression, torch.__version__
-            options = {**req, "bytes": spec.get("bytes", req["bytes"])}
+            options = RowJob.from_request(req, bytes=spec.get("bytes"))  # a copy baseline moves its own bytes
             if spec["kind"] == "copy":
                 case, shapes = provider.case()
                 row.phases["setup"] = time.perf_counter() - t0 - row.phases["load"]
