@@ -10,15 +10,24 @@ a GPU.
 * the kernels themselves run on the CPU SIMT emulator as their headers' [[emulate]] tables say
   (tests/test_emulator.py): that checks the fragment index math, the causal mask, the barriers
   and the cp.async waits before a GPU ever runs them.
+
+Its NumPy reference (at the end): against PyTorch's autograd through causal SDPA in float64 at odd
+sizes and against finite differences, P recomputed from the lse it is given; the case's prepared
+forward outputs match the forward reference. The tests that call PyTorch skip themselves where it is
+not installed.
 """
 
 import numpy as np
 import pytest
 
+from references.attention_backward import attention_backward, forward_outputs
+from references.attention_forward import attention_forward
 from workbench.check import from_storage, make_case
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import (ATTENTION_SHAPES, needs_torch, numerical_grad, packed, torch,
+                                torch_sdpa_packed)
 
 
 FAMILY = Project(ROOT).family("attention_backward")
@@ -115,3 +124,43 @@ def test_the_tolerances_cover_the_rounding_model_with_room(precision):
             ref = case.expected["dqkv"].reshape(got.shape)
             worst = max(worst, float((np.abs(got - ref) - rtol * np.abs(ref)).max()))
     assert 0 < worst <= 0.6 * atol, f"the model needs atol {worst:.2g} at rtol {rtol}: {atol} leaves no room"
+
+
+# -- the reference ---------------------------------------------------------------------------------
+@needs_torch
+@pytest.mark.parametrize("B, T, NH, HS", ATTENTION_SHAPES)
+def test_attention_backward_matches_torch_autograd(B, T, NH, HS):
+    qkv, dout = packed(B, T, NH, HS, seed=1)
+    fwd = forward_outputs(qkv, NH)
+    ref = attention_backward(dout, qkv, fwd["out"], fwd["lse"], NH)["dqkv"]
+    x = torch.from_numpy(qkv).requires_grad_(True)
+    (g,) = torch.autograd.grad(torch_sdpa_packed(x, NH), x, torch.from_numpy(dout))
+    np.testing.assert_allclose(ref, g.numpy(), atol=1e-12, rtol=1e-9)
+
+
+def test_attention_backward_matches_finite_differences():
+    NH = 2
+    qkv, dout = packed(1, 3, NH, 2, seed=2)
+    fwd = attention_forward(qkv, NH)
+    ref = attention_backward(dout, qkv, fwd["out"], fwd["lse"], NH)["dqkv"]
+    num = numerical_grad(lambda x: float((dout * attention_forward(x, NH)["out"]).sum()), qkv.copy())
+    np.testing.assert_allclose(ref, num, atol=1e-8, rtol=1e-6)
+
+
+def test_attention_backward_uses_the_given_lse():
+    # A stale lse (here shifted by log 2) must show in the gradient: P is recomputed from it.
+    qkv, dout = packed(1, 5, 1, 3, seed=3)
+    fwd = forward_outputs(qkv, 1)
+    good = attention_backward(dout, qkv, fwd["out"], fwd["lse"], 1)["dqkv"]
+    bad = attention_backward(dout, qkv, fwd["out"], fwd["lse"] + np.log(2.0), 1)["dqkv"]
+    assert not np.allclose(good, bad)
+
+
+def test_the_backward_prepare_matches_the_forward():
+    project = Project(ROOT)
+    fam = project.family("attention_backward")
+    sizes = {"B": 2, "T": 5, "NH": 3, "HS": 4}
+    case = make_case(fam, sizes, seed=0)
+    fwd = attention_forward(case.inputs["qkv"].astype(np.float64), 3)
+    np.testing.assert_allclose(case.inputs["out"], fwd["out"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(case.inputs["lse"], fwd["lse"], rtol=1e-6, atol=1e-7)

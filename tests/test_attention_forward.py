@@ -15,6 +15,10 @@
   increase of a row's maximum), and at the real slack on scores that grow along the keys, so that
   rows move their reference point many times in late tiles (with normal(0, 1) inputs it almost
   never moves after the first tile).
+
+Its NumPy reference (at the end): against PyTorch's causal SDPA and logsumexp in float64 at odd
+sizes; it does not look ahead. The tests that call PyTorch skip themselves where it is not
+installed.
 """
 
 import functools
@@ -25,11 +29,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from references.attention_forward import attention_forward
 from workbench import expr
 from workbench.check import Case, from_storage, make_case, make_inputs, run_reference, to_storage
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import (ATTENTION_SHAPES, needs_torch, packed, torch, torch_causal_scores,
+                                torch_sdpa_packed)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -311,3 +318,25 @@ def test_version_11_with_the_lag(sizes):
     """HS64_LAG 1 (version 10's lag inside version 11's kernel) is correct too."""
     for r in with_define("HS64_LAG 1")(V11, sizes, seed=6, mode="LATE", sched="PRIORITY"):
         assert r.ok, f"{r.name}: {r.bad} of {r.total} wrong, e.g. {[m.__dict__ for m in r.first]}"
+
+
+# -- the reference ---------------------------------------------------------------------------------
+@needs_torch
+@pytest.mark.parametrize("B, T, NH, HS", ATTENTION_SHAPES)
+def test_attention_forward_matches_torch_sdpa(B, T, NH, HS):
+    qkv, _ = packed(B, T, NH, HS)
+    ref = attention_forward(qkv, NH)
+    out = torch_sdpa_packed(torch.from_numpy(qkv), NH)
+    np.testing.assert_allclose(ref["out"], out.numpy(), atol=1e-12, rtol=1e-10)
+    lse = torch.logsumexp(torch_causal_scores(qkv, NH), dim=-1)
+    np.testing.assert_allclose(ref["lse"], lse.numpy(), atol=1e-12, rtol=1e-10)
+
+
+def test_attention_forward_does_not_look_ahead():
+    qkv, _ = packed(2, 9, 3, 4)
+    later = qkv.copy()
+    later[:, 5:] += 1.0  # change only tokens 5..8
+    a, b = attention_forward(qkv, 3), attention_forward(later, 3)
+    np.testing.assert_array_equal(a["out"][:, :5], b["out"][:, :5])
+    np.testing.assert_array_equal(a["lse"][:, :, :5], b["lse"][:, :, :5])
+    assert not np.allclose(a["out"][:, 5:], b["out"][:, 5:])

@@ -36,6 +36,10 @@ schedulers and block orders). Here:
   the plan's tickets are back at zero after the launch. The 16-byte bf16x2 reduction it issues on
   sm_90 is checked on the GPU (tests/test_gpu.py);
 * bf16: dwte rounded after every added row (a bf16 running sum) fails the tolerance.
+
+Its NumPy reference (at the end): against PyTorch's autograd through the embeddings in float64
+(accumulating into dwte and dwpe) and against finite differences; it leaves its inputs alone. The
+tests that call PyTorch skip themselves where it is not installed.
 """
 
 import re
@@ -49,11 +53,13 @@ import pytest
 
 from references.encoder_backward import (SEGMENT, apply_plan, encoder_backward, encoder_backward_plan,
                                          partial_slots, plan_words)
+from references.encoder_forward import encoder_forward
 from workbench import expr
 from workbench.check import Case, from_storage, make_case, make_inputs, run_reference, to_storage
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import F, needs_torch, random_tokens, torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -704,3 +710,52 @@ def test_the_encoder_backward_tolerance_fails_a_bf16_running_sum():
     atol, rtol = fam.tolerance(fam.arg("dwte"), "bf16")
     assert not passes(case.expected["dwte"], dwte, atol, rtol)
     assert passes(case.expected["dwte"], rounded(case.expected["dwte"]), atol, rtol)
+
+
+# -- the reference ---------------------------------------------------------------------------------
+@needs_torch
+@pytest.mark.parametrize("B, T, C, V", [(1, 1, 1, 1), (2, 3, 5, 1), (2, 3, 37, 5), (4, 33, 36, 7)])
+def test_encoder_backward_matches_torch_autograd_and_accumulates(B, T, C, V):
+    rng = np.random.default_rng(1)
+    inp, dout = random_tokens(rng, B, T, V), rng.normal(size=(B, T, C))
+    dwte0, dwpe0 = rng.normal(size=(V, C)), rng.normal(size=(T, C))
+    wte = torch.zeros(V, C, dtype=torch.float64, requires_grad=True)
+    wpe = torch.zeros(T, C, dtype=torch.float64, requires_grad=True)
+    (F.embedding(torch.from_numpy(inp), wte) + wpe).backward(torch.from_numpy(dout))
+    got = encoder_backward(dwte0, dwpe0, dout, inp)
+    np.testing.assert_allclose(got["dwte"], dwte0 + wte.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["dwpe"], dwpe0 + wpe.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_encoder_backward_leaves_its_inputs_alone():
+    rng = np.random.default_rng(2)
+    dwte, dwpe = rng.normal(size=(3, 4)), rng.normal(size=(2, 4))
+    keep = dwte.copy(), dwpe.copy()
+    encoder_backward(dwte, dwpe, rng.normal(size=(1, 2, 4)), np.array([[1, 1]]))
+    np.testing.assert_array_equal(dwte, keep[0])
+    np.testing.assert_array_equal(dwpe, keep[1])
+
+
+def test_encoder_backward_by_finite_differences():
+    # L = sum(out * dout) is linear in wte and wpe, so central differences are exact up to rounding.
+    rng = np.random.default_rng(3)
+    B, T, C, V = 2, 3, 4, 3
+    inp = np.array([[0, 2, 0], [0, 1, 2]])  # token 0 three times: repeated rows must add up
+    dout, wte, wpe = rng.normal(size=(B, T, C)), rng.normal(size=(V, C)), rng.normal(size=(T, C))
+    got = encoder_backward(np.zeros((V, C)), np.zeros((T, C)), dout, inp)
+
+    def loss(wte, wpe):
+        return float((encoder_forward(inp, wte, wpe)["out"] * dout).sum())
+
+    h = 1e-6
+    for name, x, grad in (("wte", wte, got["dwte"]), ("wpe", wpe, got["dwpe"])):
+        fd = np.zeros_like(x)
+        for idx in np.ndindex(x.shape):
+            plus, minus = x.copy(), x.copy()
+            plus[idx] += h
+            minus[idx] -= h
+            args = {"wte": wte, "wpe": wpe}
+            lp = loss(**{**args, name: plus})
+            lm = loss(**{**args, name: minus})
+            fd[idx] = (lp - lm) / (2 * h)
+        np.testing.assert_allclose(grad, fd, atol=1e-7, err_msg=name)

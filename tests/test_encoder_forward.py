@@ -18,6 +18,9 @@ and for the persistent and ring versions one multiprocessor as well as 132). Her
   (kernels/common/encoder_forward_bulk.cuh): the preconditions keep the ring inside a block's
   shared memory;
 * tokens outside the vocabulary give NaN rows, and only there (versions 6-8 and 10-14).
+
+Its NumPy reference (at the end): against PyTorch's embedding in float64 at odd sizes; each token
+gets its position's row. The tests that call PyTorch skip themselves where it is not installed.
 """
 
 import shutil
@@ -28,11 +31,13 @@ import numpy as np
 import pytest
 
 import memory_bound
+from references.encoder_forward import encoder_forward
 from workbench import expr
 from workbench.check import from_storage, make_case
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import F, needs_torch, random_tokens, torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -184,3 +189,21 @@ def test_tokens_outside_the_vocabulary_give_nan_rows(emulate, number):
     want = wte[tokens[good]] + wpe[good % sizes["T"]]
     tol = 1e-5 if v.precision == "fp32" else 1e-2
     assert np.all(np.abs(out[good] - want) <= tol + tol * np.abs(want))
+
+
+# -- the reference ---------------------------------------------------------------------------------
+@needs_torch
+@pytest.mark.parametrize("B, T, C, V", [(1, 1, 1, 1), (2, 3, 37, 5), (3, 5, 36, 2), (1, 7, 1600, 11)])
+def test_encoder_forward_matches_torch_embedding(B, T, C, V):
+    rng = np.random.default_rng(0)
+    inp, wte, wpe = random_tokens(rng, B, T, V), rng.normal(size=(V, C)), rng.normal(size=(T, C))
+    out = encoder_forward(inp, wte, wpe)["out"]
+    want = F.embedding(torch.from_numpy(inp), torch.from_numpy(wte)) + torch.from_numpy(wpe)
+    np.testing.assert_array_equal(out, want.numpy())
+
+
+def test_encoder_forward_uses_the_position_of_each_token():
+    wte = np.zeros((3, 2))
+    wpe = np.array([[1.0, 2.0], [10.0, 20.0]])
+    out = encoder_forward(np.array([[2, 2]]), wte, wpe)["out"]
+    np.testing.assert_array_equal(out[0], wpe)

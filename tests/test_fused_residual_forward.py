@@ -3,15 +3,24 @@ to close the last few percent to a copy's speed, takes the trainer's sizes and i
 resident wave at the default sizes; at bf16 the statistics are those of the fp32 sum, not of the
 rounded residual. (Version 6 on the CPU SIMT emulator: its header's [[emulate]] tables,
 tests/test_emulator.py.)
+
+Its NumPy reference (at the end): against PyTorch's add then layer_norm in float64 at odd sizes, and
+equal to residual_forward then layernorm_forward; the PyTorch helper timed beside it. The tests that
+call PyTorch skip themselves where it is not installed.
 """
 
 import numpy as np
+import pytest
 
 import memory_bound
+from references.fused_residual_forward import fused_residual_forward, torch_fused_residual_forward
+from references.layernorm_forward import layernorm_forward
+from references.residual_forward import residual_forward
 from workbench.check import compare, from_storage, make_case, to_storage
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import F, ROW_SHAPES, needs_torch, t
 
 
 FAMILY = Project(ROOT).family("fused_residual_forward")
@@ -42,3 +51,41 @@ def test_fused_residual_must_normalize_the_fp32_sum_not_the_rounded_residual():
     # the residual itself is one rounding of the sum: inside the bf16 tolerance
     res_arg = next(a for a in fam.args_for("bf16") if a.name == "residual")
     assert compare(res_arg, case.expected["residual"], rounded, *fam.tolerance(res_arg, "bf16")).ok
+
+
+# -- the reference ---------------------------------------------------------------------------------
+@needs_torch
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_fused_residual_forward_matches_torch_add_then_layer_norm(shape):
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=shape), rng.normal(0.3, 1, size=shape)
+    w, bias = rng.normal(1, 0.1, size=shape[-1]), rng.normal(0, 0.1, size=shape[-1])
+    ref = fused_residual_forward(a, b, w, bias, 1e-5)
+    r = t(a) + t(b)
+    np.testing.assert_allclose(ref["residual"], r.numpy(), rtol=1e-15)
+    normed = F.layer_norm(r, (shape[-1],), t(w), t(bias), 1e-5)
+    np.testing.assert_allclose(ref["normed"], normed.numpy(), atol=1e-12, rtol=1e-10)
+    np.testing.assert_allclose(ref["mean"], r.mean(-1).numpy(), atol=1e-14)
+    var = r.var(-1, unbiased=False).numpy()
+    np.testing.assert_allclose(ref["rstd"], 1 / np.sqrt(var + 1e-5), rtol=1e-12)
+
+
+def test_fused_residual_equals_residual_then_layernorm_forward():
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=(2, 3, 37)), rng.normal(size=(2, 3, 37))
+    w, bias = rng.normal(1, 0.1, size=37), rng.normal(0, 0.1, size=37)
+    fused = fused_residual_forward(a, b, w, bias, 1e-5)
+    ln = layernorm_forward(residual_forward(a, b)["out"], w, bias, 1e-5)
+    for name in ("normed", "mean", "rstd"):
+        np.testing.assert_allclose(fused[name], ln["out" if name == "normed" else name], rtol=1e-14)
+
+
+@needs_torch
+def test_torch_fused_residual_helper_returns_the_references_outputs_in_order():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(2, 3, 37)), rng.normal(size=(2, 3, 37))
+    w, bias = rng.normal(1, 0.1, size=37), rng.normal(0, 0.1, size=37)
+    ref = fused_residual_forward(a, b, w, bias, 1e-5)
+    got = torch_fused_residual_forward(t(a), t(b), t(w), t(bias), 1e-5)
+    for name, value in zip(["residual", "normed", "mean", "rstd"], got):
+        np.testing.assert_allclose(value.numpy().reshape(ref[name].shape), ref[name], rtol=1e-10, atol=1e-12)

@@ -22,6 +22,11 @@ Here:
   per SM leave, no spills); two launches in one process (bf16: the second finds the accumulator
   and the counter zeroed by the first's last block);
 * bf16: dweight's sum over N rows rounded once passes the tolerance, a bf16 running sum fails.
+
+Its NumPy reference (at the end): against PyTorch's autograd in float64 plus the gradients it
+accumulates into, and against finite differences; prepare's statistics; the PyTorch helper timed
+beside it; the case's float32 statistics; a test size at GPT-2 XL's width. The tests that call
+PyTorch skip themselves where it is not installed.
 """
 
 import dataclasses
@@ -33,12 +38,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from references.layernorm_backward import layernorm_backward, prepare, torch_layernorm_backward
+from references.layernorm_forward import layernorm_forward
 from workbench import expr
 from workbench.check import Case, compare, from_storage, make_case, run_reference, to_storage
 from workbench.compile import compile_only
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import F, ROW_SHAPES, needs_torch, t
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -355,3 +363,90 @@ def test_one_rounding_passes_the_bf16_tolerance_and_a_truncation_of_the_sum_of_c
     for row in dout:
         running = from_storage(to_storage(running + row, "bf16"), "bf16")
     assert not compare(arg, case.expected["dbias"], running, *fam.tolerance(arg, "bf16")).ok
+
+
+# -- the reference ---------------------------------------------------------------------------------
+def _ln_case(shape, seed):
+    rng = np.random.default_rng(seed)
+    C = shape[-1]
+    inp, dout = rng.normal(0.5, 2, size=shape), rng.normal(size=shape)
+    w, bias = rng.normal(1, 0.1, size=C), rng.normal(0, 0.1, size=C)
+    grads0 = rng.normal(size=shape), rng.normal(size=C), rng.normal(size=C)
+    return inp, dout, w, bias, grads0
+
+
+@needs_torch
+@pytest.mark.parametrize("shape", ROW_SHAPES + [(3, 2, 5)])
+def test_layernorm_backward_matches_autograd_plus_the_initial_gradients(shape):
+    inp, dout, w, bias, (dinp0, dw0, db0) = _ln_case(shape, 9)
+    stats = prepare(inp)
+    ref = layernorm_backward(dinp0, dw0, db0, dout, inp, w, stats["mean"], stats["rstd"])
+    x, wt, bt = t(inp).requires_grad_(), t(w).requires_grad_(), t(bias).requires_grad_()
+    F.layer_norm(x, (shape[-1],), wt, bt, 1e-5).backward(t(dout))
+    np.testing.assert_allclose(ref["dinp"] - dinp0, x.grad.numpy(), atol=1e-10, rtol=1e-9)
+    np.testing.assert_allclose(ref["dweight"] - dw0, wt.grad.numpy(), atol=1e-10, rtol=1e-9)
+    np.testing.assert_allclose(ref["dbias"] - db0, bt.grad.numpy(), atol=1e-10, rtol=1e-9)
+
+
+def test_layernorm_backward_accumulates_rather_than_overwrites():
+    inp, dout, w, _, (dinp0, dw0, db0) = _ln_case((2, 3, 7), 10)
+    stats = prepare(inp)
+    zero = layernorm_backward(0 * dinp0, 0 * dw0, 0 * db0, dout, inp, w, stats["mean"], stats["rstd"])
+    acc = layernorm_backward(dinp0, dw0, db0, dout, inp, w, stats["mean"], stats["rstd"])
+    for name, initial in (("dinp", dinp0), ("dweight", dw0), ("dbias", db0)):
+        np.testing.assert_allclose(acc[name], zero[name] + initial, rtol=1e-14, atol=1e-14)
+
+
+def test_layernorm_backward_matches_finite_differences():
+    inp, dout, w, bias, _ = _ln_case((2, 2, 5), 11)
+    C = inp.shape[-1]
+    stats = prepare(inp)
+    ref = layernorm_backward(np.zeros_like(inp), np.zeros(C), np.zeros(C), dout, inp, w,
+                             stats["mean"], stats["rstd"])
+
+    def loss(x, wt, b):  # mean and rstd are recomputed from x: dinp includes their gradient
+        return float((layernorm_forward(x, wt, b)["out"] * dout).sum())
+
+    h = 1e-6
+    params = [inp, w, bias]
+    for pos, name in enumerate(("dinp", "dweight", "dbias")):
+        fd = np.zeros_like(params[pos])
+        for idx in np.ndindex(fd.shape):
+            up, down = list(params), list(params)
+            up[pos], down[pos] = params[pos].copy(), params[pos].copy()
+            up[pos][idx] += h
+            down[pos][idx] -= h
+            fd[idx] = (loss(*up) - loss(*down)) / (2 * h)
+        np.testing.assert_allclose(ref[name], fd, atol=1e-6, rtol=1e-5, err_msg=name)
+
+
+def test_prepare_gives_the_forwards_mean_and_rstd():
+    inp = np.random.default_rng(12).normal(0.5, 2, size=(2, 3, 37))
+    stats, fwd = prepare(inp), layernorm_forward(inp, np.ones(37), np.zeros(37))
+    np.testing.assert_allclose(stats["mean"], fwd["mean"], rtol=1e-14)
+    np.testing.assert_allclose(stats["rstd"], fwd["rstd"], rtol=1e-14)
+
+
+@needs_torch
+def test_torch_layernorm_backward_helper_matches_the_reference():
+    inp, dout, w, _, (dinp0, dw0, db0) = _ln_case((2, 3, 37), 13)
+    stats = prepare(inp)
+    ref = layernorm_backward(dinp0, dw0, db0, dout, inp, w, stats["mean"], stats["rstd"])
+    got = torch_layernorm_backward(t(dinp0), t(dw0), t(db0), t(dout), t(inp), t(w),
+                                   t(stats["mean"]), t(stats["rstd"]))
+    for name, value in zip(["dinp", "dweight", "dbias"], got):
+        np.testing.assert_allclose(value.numpy(), ref[name], atol=1e-10, rtol=1e-9, err_msg=name)
+
+
+def test_layernorm_backward_case_feeds_the_reference_float32_statistics_of_its_own_inp():
+    fam = Project(ROOT).family("layernorm_backward")
+    case = make_case(fam, {"B": 2, "T": 3, "C": 37}, seed=0)
+    assert case.inputs["mean"].dtype == np.float32
+    x = case.inputs["inp"].astype(np.float64)
+    np.testing.assert_allclose(case.inputs["mean"], x.mean(-1), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(case.inputs["rstd"], 1 / np.sqrt(x.var(-1) + 1e-5), rtol=1e-6)
+
+
+def test_layernorm_backward_is_tested_at_gpt2_xl_width():
+    fam = Project(ROOT).family("layernorm_backward")
+    assert any(s["C"] == 1600 for s in fam.test_sizes)

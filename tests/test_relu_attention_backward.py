@@ -7,15 +7,23 @@
 * version 3 runs on the CPU SIMT emulator as its header's [[emulate]] tables say
   (tests/test_emulator.py): every test size, odd sizes (T not a multiple of the tiles, HS = 37
   and 128), several seeds, both schedulers, cp.async copies landing only at their wait (LATE).
+
+Its NumPy reference (at the end): against PyTorch's autograd in float64 at odd sizes and against
+finite differences, relu'(0) = 0 as in PyTorch; the family draws integer qkv so that the mask is
+exact. The tests that call PyTorch skip themselves where it is not installed.
 """
 
 import numpy as np
 import pytest
 
+from references.relu_attention_backward import relu_attention_backward
+from references.relu_attention_forward import relu_attention_forward
 from workbench.check import from_storage, make_case
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import (ATTENTION_SHAPES, needs_torch, numerical_grad, packed, torch,
+                                torch_causal_scores, torch_relu_packed)
 
 
 FAMILY = Project(ROOT).family("relu_attention_backward")
@@ -88,3 +96,49 @@ def test_the_tolerance_covers_the_rounding_model_with_room():
             ref = case.expected["dqkv"].reshape(got.shape)
             worst = max(worst, float((np.abs(got - ref) - rtol * np.abs(ref)).max()))
     assert 0 < worst <= 0.4 * atol, f"the model needs atol {worst:.2g} at rtol {rtol}: {atol} leaves too little room"
+
+
+# -- the reference ---------------------------------------------------------------------------------
+@needs_torch
+@pytest.mark.parametrize("B, T, NH, HS", ATTENTION_SHAPES)
+def test_relu_attention_backward_matches_torch_autograd(B, T, NH, HS):
+    qkv, dout = packed(B, T, NH, HS, seed=6)
+    ref = relu_attention_backward(dout, qkv, NH)["dqkv"]
+    x = torch.from_numpy(qkv).requires_grad_(True)
+    (g,) = torch.autograd.grad(torch_relu_packed(x, NH), x, torch.from_numpy(dout))
+    np.testing.assert_allclose(ref, g.numpy(), atol=1e-12, rtol=1e-9)
+
+
+@needs_torch
+def test_relu_attention_backward_matches_finite_differences():
+    NH = 2
+    for seed in range(100):  # scores well away from the kink, where differences are exact
+        qkv, dout = packed(1, 4, NH, 3, seed=seed)
+        s = torch_causal_scores(qkv, NH).numpy()
+        if np.abs(s[np.isfinite(s)]).min() > 1e-3:
+            break
+    ref = relu_attention_backward(dout, qkv, NH)["dqkv"]
+    num = numerical_grad(lambda x: float((dout * relu_attention_forward(x, NH)["out"]).sum()), qkv.copy())
+    np.testing.assert_allclose(ref, num, atol=1e-8, rtol=1e-6)
+
+
+@needs_torch
+def test_relu_attention_backward_derivative_is_zero_at_a_zero_score():
+    # Integer inputs (as the family draws them) give exact zeros of q.k: relu'(0) must be 0,
+    # as in PyTorch, not 1 (which [s >= 0] would give).
+    rng = np.random.default_rng(7)
+    qkv = rng.integers(-2, 3, size=(1, 8, 3 * 2 * 4)).astype(np.float64)
+    dout = rng.normal(size=(1, 8, 8))
+    s = torch_causal_scores(qkv, 2).numpy()
+    assert (s == 0).any(), "the draw should contain exact zero scores"
+    ref = relu_attention_backward(dout, qkv, 2)["dqkv"]
+    x = torch.from_numpy(qkv).requires_grad_(True)
+    (g,) = torch.autograd.grad(torch_relu_packed(x, 2), x, torch.from_numpy(dout))
+    np.testing.assert_allclose(ref, g.numpy(), atol=1e-12, rtol=1e-9)
+
+
+def test_relu_backward_draws_integer_qkv_so_the_mask_is_exact():
+    project = Project(ROOT)
+    case = make_case(project.family("relu_attention_backward"), {"B": 1, "T": 9, "NH": 2, "HS": 4}, seed=0)
+    qkv = case.inputs["qkv"]
+    assert np.array_equal(qkv, np.round(qkv)) and qkv.min() >= -2 and qkv.max() <= 2

@@ -9,6 +9,10 @@
   (every test size and a few odd ones, both schedulers, late cp.async; tests/test_emulator.py
   checks them at the family tolerance): every output element within an ulp of the rounding model
   (the family tolerance is loose at large T: see family.toml).
+
+Its NumPy reference (at the end): against a PyTorch ReLU attention in float64 at odd sizes; causal
+and normalised by T (a row by hand). The tests that call PyTorch skip themselves where it is not
+installed.
 """
 
 import shutil
@@ -18,11 +22,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from references.relu_attention_forward import relu_attention_forward
 from workbench import expr
 from workbench.check import from_storage, make_case
 from workbench.family import Project
 
 from conftest import ROOT
+from references_helpers import (ATTENTION_SHAPES, needs_torch, packed, torch, torch_heads,
+                                torch_relu_packed)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
 import runner  # noqa: E402
@@ -132,3 +139,22 @@ def test_version_3_on_the_emulator_makes_the_models_roundings(sizes, run):
     got = np.asarray(outputs["out"], dtype=np.float64).reshape(model.shape)
     off = np.abs(got - model) - 2.0 ** -7 * np.abs(model)
     assert off.max() <= 1e-5, (np.unravel_index(off.argmax(), off.shape), off.max())
+
+
+# -- the reference ---------------------------------------------------------------------------------
+@needs_torch
+@pytest.mark.parametrize("B, T, NH, HS", ATTENTION_SHAPES)
+def test_relu_attention_forward_matches_torch(B, T, NH, HS):
+    qkv, _ = packed(B, T, NH, HS, seed=4)
+    ref = relu_attention_forward(qkv, NH)["out"]
+    np.testing.assert_allclose(ref, torch_relu_packed(torch.from_numpy(qkv), NH).numpy(), atol=1e-12, rtol=1e-10)
+
+
+@needs_torch
+def test_relu_attention_forward_is_causal_and_normalised_by_T():
+    qkv, _ = packed(1, 6, 1, 3, seed=5)
+    q, k, v = torch_heads(qkv, 1)
+    s = np.maximum((q @ k.transpose(-1, -2)).numpy()[0, 0] / np.sqrt(3), 0)
+    t = 4  # row 4 by hand: sum over t2 <= 4 of relu(s) v / T
+    expected = (s[t, :t + 1, None] * v.numpy()[0, 0, :t + 1]).sum(axis=0) / 6
+    np.testing.assert_allclose(relu_attention_forward(qkv, 1)["out"][0, t], expected, rtol=1e-12)
