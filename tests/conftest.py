@@ -34,8 +34,9 @@ def gpu_available() -> str | None:
 # Cases this large take seconds each on the CPU: they are `slow`, left out of the default run and
 # run by `pytest -m slow` (CI runs both). Read from the sizes in a test's id (B=1,T=7,C=1600 or
 # B1-T7-C1600): on the emulator, the product of all sizes but V (attention's, with T and HS, once
-# more T: its work grows with T squared); anywhere, the embedding table C*V.
-SLOW_ELEMS, SLOW_ATTENTION, SLOW_TABLE = 200_000, 5_000_000, 10_000_000
+# more T: its work grows with T squared; from B*NH*T*T*HS = 500k, about a second each); anywhere,
+# the embedding table C*V.
+SLOW_ELEMS, SLOW_ATTENTION, SLOW_TABLE = 200_000, 500_000, 10_000_000
 SIZE_IN_ID = re.compile(r"\b([A-Z][A-Za-z]*)=?(\d+)\b")
 
 
