@@ -421,12 +421,17 @@ def test_the_one_pass_bits_are_the_formulas_at_every_block_size():
         case = make_case(FAMILY, sizes, 1, version.precision)
         want = formula(case, sizes, version.precision)
         block_sizes = version.block_sizes if i < 2 else version.block_sizes[1:2]
-        for block_size in block_sizes:
-            sched = "SHUFFLE" if block_size == version.block_sizes[1] else "PRIORITY"
-            reports, got = emulate(version, sizes, block_size=block_size, sched=sched, case=case)
-            assert_ok(reports, f"{sizes} block {block_size}:")
-            for name in ("dwte", "dwpe"):
-                same_bits({name: want[name].reshape(-1)}, {name: np.asarray(got[name], np.float32).reshape(-1)})
+        runs = [(bs, "SHUFFLE" if bs == version.block_sizes[1] else "PRIORITY") for bs in block_sizes]
+        assert_formula_bits(version, sizes, case, want, runs)
+
+
+def assert_formula_bits(version, sizes, case, want, runs):
+    """Each (block size, scheduler) run on the emulator passes and gives the formula's bits."""
+    for block_size, sched in runs:
+        reports, got = emulate(version, sizes, block_size=block_size, sched=sched, case=case)
+        assert_ok(reports, f"{sizes} block {block_size}:")
+        for name in ("dwte", "dwpe"):
+            same_bits({name: want[name].reshape(-1)}, {name: np.asarray(got[name], np.float32).reshape(-1)})
 
 
 @needs_gxx
@@ -532,11 +537,7 @@ def test_the_header_at_fp32_bits_are_the_formulas(fp32_twin):
     for i, (sizes, case) in enumerate(cases):
         want = formula(case, sizes, "fp32")
         runs = [(fp32_twin.block_sizes[i % 3], "PRIORITY"), (fp32_twin.block_sizes[(i + 1) % 3], "SHUFFLE")]
-        for block_size, sched in runs:
-            reports, got = emulate(fp32_twin, sizes, block_size=block_size, sched=sched, case=case)
-            assert_ok(reports, f"{sizes} block {block_size}:")
-            for name in ("dwte", "dwpe"):
-                same_bits({name: want[name].reshape(-1)}, {name: np.asarray(got[name], np.float32).reshape(-1)})
+        assert_formula_bits(fp32_twin, sizes, case, want, runs)
 
 
 @needs_gxx

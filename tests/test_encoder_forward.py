@@ -152,7 +152,7 @@ def test_the_preconditions_keep_the_ring_inside_a_blocks_shared_memory(number):
 def test_version_8_tokens_outside_the_vocabulary_give_nan_rows():
     v = version(8)
     sizes = {"B": 13, "T": 33, "C": 784, "V": 100}  # groups of 8 and 5
-    B, T, C, V = sizes["B"], sizes["T"], sizes["C"], sizes["V"]
+    T, C, V = sizes["T"], sizes["C"], sizes["V"]
     case = make_case(v.family, sizes, 0, v.precision)
     tokens = case.inputs["inp"].reshape(-1)
     # first and last of the full group, last of the partial one, and two in one column (t = 1)

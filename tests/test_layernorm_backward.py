@@ -186,9 +186,12 @@ def test_exactly_one_kernel_runs_at_every_width(number):
 def test_the_grid_is_one_wave_of_equal_rounds(number):
     """groups <= SMS * blocks_per_sm (12 warps an SM); the kernel's rounds, cdiv(N, groups *
     row_slots), are the header's: no more rounds than a full wave would take; every block has a
-    row; the shared memory of an SM's blocks fits (228 KB)."""
-    v = FAMILY.version(number)
-    for sms in (132, 108, 7):
+    row; the shared memory of an SM's blocks fits (228 KB, 1 KB of it reserved per block)."""
+    assert_one_wave_of_equal_rounds(FAMILY.version(number), (132, 108, 7))
+
+
+def assert_one_wave_of_equal_rounds(v, sm_counts):
+    for sms in sm_counts:
         for C in (8, 768, 776, 1536, 1600, 2304):
             for N in (1, 5, 131, 1584, 3003, 8192, 8193, 32768):
                 for bs in v.block_sizes:
@@ -277,20 +280,7 @@ def test_version_12s_grid_is_one_wave_of_equal_rounds():
     """groups <= SMS * blocks_per_sm (12 warps an SM); the kernel's rounds, cdiv(N, groups *
     row_slots), are the header's: no more rounds than a full wave would take; every block has a
     row; the shared memory of an SM's blocks fits (228 KB, 1 KB of it reserved per block)."""
-    v = FAMILY.version(V12)
-    for sms in (132, 108, 7, 1):
-        for C in (8, 768, 776, 1536, 1600, 2304):
-            for N in (1, 5, 131, 1584, 3003, 8192, 8193, 32768):
-                for bs in v.block_sizes:
-                    env = _env(v, {"B": 1, "T": N, "C": C}, bs, sms)
-                    warps, slots, groups = bs // 32, env["row_slots"], env["groups"]
-                    assert slots >= 1 and env["blocks_per_sm"] * warps == 12
-                    assert groups <= sms * env["blocks_per_sm"]
-                    full_wave_rounds = -(-N // (sms * env["blocks_per_sm"] * slots))
-                    assert -(-N // (groups * slots)) == env["rounds"] == full_wave_rounds
-                    assert (groups - 1) * slots < N  # the last block's first row exists
-                    shared = expr.evaluate_int(v.steps[0].shared, env)
-                    assert shared * env["blocks_per_sm"] <= 228 * 1024 - 1024 * env["blocks_per_sm"]
+    assert_one_wave_of_equal_rounds(FAMILY.version(V12), (132, 108, 7, 1))
 
 
 def test_version_12s_default_sizes_grids():

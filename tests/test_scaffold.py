@@ -131,7 +131,7 @@ def test_force_refuses_a_family_with_more_versions_or_a_contract_new_did_not_wri
     toml, v1 = paths[0], paths[1]
     v2 = root / "kernels" / NAME / "2_faster.cu"
     v2.write_text(v1.read_text())
-    with pytest.raises(WorkbenchError, match=rf"holds versions `new` did not write \(2_faster.cu\)"):
+    with pytest.raises(WorkbenchError, match=r"holds versions `new` did not write \(2_faster.cu\)"):
         scaffold(root, NAME, force=True)
     v2.unlink()
     toml.write_text(toml.read_text().split("\n", 1)[1])  # a contract by hand: no `workbench new` line
