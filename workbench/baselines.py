@@ -10,12 +10,11 @@ from __future__ import annotations
 import datetime
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 from pathlib import Path
 
 from .compile import CACHE_DIR
-import importlib.util
-
 from .family import Family
 from .files import write_text_atomic
 from .options import Options

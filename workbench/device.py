@@ -19,6 +19,7 @@ from .errors import NoGPU
 from .files import write_text_atomic
 from .isolate import run_job
 from .options import Progress
+from .timing import peaks_for
 
 DRIVER_PROC = Path("/proc/driver/nvidia")
 CACHE_FILE = "device.json"
@@ -74,13 +75,11 @@ def keep_probe(identity: str | None, answer: dict, cache_dir: Path | None = None
 
 
 def _peaks(device: dict, cache_dir: Path) -> dict[str, float]:
-    """The matmul peaks `workbench doctor` measured on this device (timing.cached_peaks' file)."""
+    """The matmul peaks `workbench doctor` measured on this device (none where its file is unreadable)."""
     try:
-        known = json.loads((cache_dir / "peak.json").read_text())
+        return peaks_for(device, cache_dir)
     except (OSError, ValueError):
         return {}
-    prefix = f"{device.get('name')}|{device.get('pci')}|{device.get('driver')}|"
-    return {k[len(prefix):]: v for k, v in known.items() if k.startswith(prefix)}
 
 
 def probe_device(root: Path, refresh: bool, timeout: float, progress: Progress) -> dict:

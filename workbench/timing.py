@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -245,10 +246,15 @@ PEAK_N = 8192
 
 def cached_peaks() -> dict[str, float]:
     """The matmul peaks measured on this device so far (`workbench doctor` measures them)."""
-    key = device_key()
-    cache = CACHE_DIR / "peak.json"
+    return peaks_for(device_key())
+
+
+def peaks_for(key: dict, cache_dir: Path | None = None) -> dict[str, float]:
+    """The peaks kept for the device `key` names (name, pci, driver: a probe's device dict will
+    do), without a CUDA context."""
+    cache = (cache_dir or CACHE_DIR) / "peak.json"
     known = json.loads(cache.read_text()) if cache.exists() else {}
-    prefix = f"{key['name']}|{key['pci']}|{key['driver']}|"
+    prefix = f"{key.get('name')}|{key.get('pci')}|{key.get('driver')}|"
     return {k[len(prefix):]: v for k, v in known.items() if k.startswith(prefix)}
 
 
