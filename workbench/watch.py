@@ -64,15 +64,10 @@ def wait_for_change(path: Path, since: Stamp, sleep: Callable[[float], None] = t
     while True:
         now = stamp(path)
         if now != since:
-            sleep(SETTLE_S)
-            settled = stamp(path)
-            if settled == now:
-                return now, changed_files(since, now)
-            since_changed = settled  # still being written: wait for it to settle
-            while True:
+            while True:  # until a pause of SETTLE_S sees no further write
                 sleep(SETTLE_S)
                 again = stamp(path)
-                if again == since_changed:
-                    return again, changed_files(since, again)
-                since_changed = again
+                if again == now:
+                    return now, changed_files(since, now)
+                now = again
         sleep(POLL_S)

@@ -166,13 +166,19 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
         _run_once(project, v, opts, sizes, json_path)
 
 
+def _begin(session, status, v, sizes: dict | None):
+    """A one-version session's start: progress on the status line, the version's child (and the
+    baselines', unless kept) started at once, the device read; the run's record."""
+    session.progress = lambda text: status.update(escape(text))
+    session.head_start(v.family, sizes, v.precision)
+    return session.new_run()
+
+
 def _run_once(project: Project, v, opts: Options, sizes: dict, json_path) -> None:
     from ..bench import Session
     from ..results import FamilyResult, save
     with Session(project, opts) as session, err_console.status("starting") as status:
-        session.progress = lambda text: status.update(escape(text))
-        session.head_start(v.family, sizes, v.precision)
-        run_ = session.new_run()
+        run_ = _begin(session, status, v, sizes)
         row = session.run_version(v)
         torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision) if row.passed else (None, None)
     console.print(report.run_report(row, run_.meta, torch, copy))
@@ -189,9 +195,7 @@ def _run_sweep(project: Project, v, opts: Options, axis: str, values, plot_path,
     from ..plot import plot_sweep, sweep_point
     from ..results import write_json
     with Session(project, opts) as session, err_console.status("starting") as status:
-        session.progress = lambda text: status.update(escape(text))
-        session.head_start(v.family, None, v.precision)
-        run_ = session.new_run()
+        run_ = _begin(session, status, v, None)
         points = session.sweep(v, axis, values)
     console.print(report.sweep_table(v, axis, points))
     data = {"family": v.family.name, "version": v.number, "axis": axis, "device": run_.device, "ceiling": run_.ceiling,
@@ -214,9 +218,7 @@ def _run_watch(project: Project, v, opts: Options, sizes: dict) -> None:
     prev = torch = copy = None
     with Session(project, opts) as session:
         with err_console.status("starting") as status:
-            session.progress = lambda text: status.update(escape(text))
-            session.head_start(v.family, sizes, v.precision)
-            run_ = session.new_run()
+            run_ = _begin(session, status, v, sizes)
         since, changed, t_save = stamp(v.path), [], None
         try:
             while True:
@@ -234,7 +236,7 @@ def _run_watch(project: Project, v, opts: Options, sizes: dict) -> None:
                     console.print(report.run_report(row, run_.meta, torch, copy))
                     console.print(report.change_line(prev, row, changed, time.time() - t_save if t_save else None))
                     prev = row if row.passed else prev
-                err_console.print(f"[dim]watching {len(stamp(v.path))} file(s) of {v.label}; save to run again, "
+                err_console.print(f"[dim]watching {len(since)} file(s) of {v.label}; save to run again, "
                                   f"Ctrl-C to stop[/]")
                 since, changed = wait_for_change(v.path, since)
                 t_save = max(m for f, m, _ in since if f in changed) / 1e9 if changed else time.time()
