@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..errors import UsageError, WorkbenchError
+from ..errors import SizesError, UsageError, WorkbenchError
 from ..family import Project
 
 console = Console(highlight=False)
@@ -57,6 +57,12 @@ def cli(ctx, root):
 def progress_bar() -> Progress:
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=err_console, transient=True)
+
+
+def refuse_unmet(version, sizes: dict[str, int]) -> None:
+    """A one-line SizesError, before any GPU work, where the version's preconditions refuse the sizes."""
+    if unmet := version.unmet(sizes):
+        raise SizesError(f"{version.label} refuses {version.family.format_sizes(sizes)}: it requires {' and '.join(unmet)}")
 
 
 def writable_file(path: str | None, force: bool = False, what: str = "--json") -> None:

@@ -16,7 +16,7 @@ from ..errors import SizesError, UsageError, WorkbenchError
 from ..family import Project
 from ..isolate import DEFAULT_TIMEOUT
 from ..options import Options
-from .app import cli, console, err_console, progress_bar, writable_file
+from .app import cli, console, err_console, progress_bar, refuse_unmet, writable_file
 
 # -- list / show / compile: no GPU needed --------------------------------------------------------
 @cli.command("list")
@@ -140,8 +140,8 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
         raise SizesError(why)
     if sweep and watch:
         raise UsageError("--watch and --sweep do not go together: watch one size set, or sweep once")
-    if not sweep and (unmet := v.unmet(sizes)):  # and sizes its preconditions refuse
-        raise SizesError(f"{v.label} refuses {v.family.format_sizes(sizes)}: it requires {' and '.join(unmet)}")
+    if not sweep:
+        refuse_unmet(v, sizes)  # and sizes its preconditions refuse
     axis = values = None
     if sweep:
         from ..plot import parse_sweep

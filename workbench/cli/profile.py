@@ -13,7 +13,7 @@ from ..errors import SizesError
 from ..family import Project
 from ..files import write_text_atomic
 from ..profile import DEFAULT_TIMEOUT
-from .app import console, err_console, writable_file
+from .app import console, err_console, refuse_unmet, writable_file
 
 
 @click.command()
@@ -61,8 +61,7 @@ def profile(project: Project, family, versions, sizes, block_size, seed, timeout
     for v in chosen:
         if block_size is not None and (why := v.unlisted_block_sizes([block_size])):
             raise SizesError(why)
-        if unmet := v.unmet(at):
-            raise SizesError(f"{v.label} refuses {fam.format_sizes(at)}: it requires {' and '.join(unmet)}")
+        refuse_unmet(v, at)
     writable_file(json_path, force)
     ncu = find_ncu()
     require_pycuda()
