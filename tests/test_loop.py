@@ -221,3 +221,10 @@ def test_a_rows_job_travels_typed_and_every_field_is_said(tmp_path, monkeypatch)
     with pytest.raises(KeyError):
         RowJob.from_request(req)
     session.close()
+
+
+@pytest.mark.parametrize("verb", ["run", "profile"])
+def test_sizes_a_version_refuses_are_one_line_before_any_gpu_work(verb):
+    r = CliRunner().invoke(cli, [verb, "matmul_backward_dgelu", "3", "--sizes", "B=1,T=2,C=37,OC=5"])
+    assert r.exit_code != 0 and "PyCUDA" not in r.output and "ncu" not in r.output
+    assert "matmul_backward_dgelu 3 refuses B=1,T=2,C=37,OC=5: it requires C % 8 == 0" in r.output
