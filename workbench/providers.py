@@ -27,6 +27,7 @@ from .check import INT_POISON, Case, compare_all
 from .family import DTYPES, Arg, Family, Version
 from .options import RowJob
 from .results import CheckSummary, Measured, Row
+from .timing import PRECISION
 
 NAN_BITS = {"f32": 0x7FC00000, "bf16": 0x7FC07FC0}  # bf16: two NaNs per 32-bit word
 ITEMSIZE = {name: np.dtype(dt).itemsize for name, dt in DTYPES.items()}
@@ -34,6 +35,7 @@ ITEMSIZE = {name: np.dtype(dt).itemsize for name, dt in DTYPES.items()}
 SCREEN_FRACTION = 0.25
 FINALISTS = 2        # at most this many configurations get the full budget:
 NEAR = 1.05          # those within 5% of the best screened time (a screening's spread is ~3%)
+SCREEN_PRECISION = 2 * PRECISION  # a screening stops once its median is known to +-2%
 Launch = Callable[[Any], None]
 
 
@@ -535,7 +537,8 @@ class _RowSteps:
             self.report("time" + (f" block size {config}" if config is not None else ""))
             raw[config] = self._measure(bufs, timed, config, flush, carried.setdefault(config, {}),
                                         budget_s=budget * SCREEN_FRACTION if screen else budget,
-                                        min_reps=9 if screen else 15)
+                                        min_reps=9 if screen else 15,
+                                        precision=SCREEN_PRECISION if screen else PRECISION)
         if screen:
             best = min(t.median_us for t in raw.values())
             near = [c for c in sorted(raw, key=lambda c: raw[c].median_us) if raw[c].median_us <= NEAR * best]

@@ -150,14 +150,16 @@ def run_report(row: Row, meta: dict, torch: Row | None = None, copy: Row | None 
         parts.append(details)
     if row.timings:
         has_flops = any(m.tflops for m in row.timings.values())
-        table = Table(title="time per launch (L2 flushed before each; median of repeats)", title_justify="left")
-        for col in ["block size", "median", "p20-p80", "GB/s", "% of ceiling", "noise", "reps"] + (
+        table = Table(title="time per launch (L2 flushed before each; median of repeats, ± its 95% confidence "
+                      "interval; noise = the p20-p80 spread of single launches)", title_justify="left")
+        for col in ["block size", "median", "± (95%)", "p20-p80", "GB/s", "% of ceiling", "noise", "reps"] + (
                 ["TFLOP/s"] if has_flops else []):
             table.add_column(col, justify="right")
         best = row.best
         for bs, m in row.timings.items():
             t = m.timing
             cells = [fmt_block(bs), fmt_us(t.median_us) + ("" if t.drained else " †"),
+                     "-" if t.ci is None else f"±{100 * t.ci:.1f}%",
                      f"{fmt_us(t.p20_us)} - {fmt_us(t.p80_us)}", fmt_gbps(m.gbps), f"{m.pct_ceiling:.1f}%",
                      f"{100 * t.noise:.1f}%", str(t.reps)]
             if has_flops:

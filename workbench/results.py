@@ -45,11 +45,19 @@ class Timing:
     noise: float              # (p80 - p20) / median
     drain_us: float = 0.0     # the drain's own time, already subtracted
     drained: bool = True      # False: too short to resolve with the drain; timed flushed, undrained
+    ci: float | None = None   # half-width of the median's 95% confidence interval / median (timing.median_ci)
 
     @classmethod
     def from_json(cls, d: dict) -> "Timing":
         return cls(**{k: d[k] for k in ("median_us", "p20_us", "p80_us", "reps", "noise") if k in d},
-                   drain_us=d.get("drain_us", 0.0), drained=d.get("drained", True))
+                   drain_us=d.get("drain_us", 0.0), drained=d.get("drained", True),
+                   ci=d.get("ci"))
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        if out["ci"] is None:  # files written before the interval was kept read back unchanged
+            del out["ci"]
+        return out
 
 
 @dataclass
@@ -76,7 +84,7 @@ class Measured:
         return self.timing.median_us
 
     def to_json(self) -> dict:
-        out = {**asdict(self.timing), "gbps": self.gbps, "pct_ceiling": self.pct_ceiling}
+        out = {**self.timing.to_json(), "gbps": self.gbps, "pct_ceiling": self.pct_ceiling}
         if self.tflops is not None:
             out["tflops"] = self.tflops
         return out
@@ -193,7 +201,7 @@ class Row:
                 out["torch"] = self.library_version
             best = self.best
             if best is not None:
-                out["timing"] = asdict(best.timing)
+                out["timing"] = best.timing.to_json()
                 out["gbps"], out["pct_ceiling"] = best.gbps, best.pct_ceiling
                 if best.tflops is not None:
                     out["tflops"] = best.tflops
