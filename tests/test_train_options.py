@@ -302,3 +302,21 @@ def test_the_command_line_is_made_from_the_one_description_of_the_options():
         assert params[name].default == f.default, name
     assert KEPT["total_batch"] == "--total-batch" and "batch" in CARRIED and not set(KEPT) & set(CARRIED)
     assert "recompute" in CARRIED  # it changes no numbers: a resumed run may change it
+
+
+def test_the_default_attention_is_the_fastest_as_exact_as_the_runs_matmuls(monkeypatch):
+    import importlib.util
+
+    from train.backends import PromotedSet, default_attention
+    promoted = PromotedSet()  # the project's train/kernels/: cuDNN's two entries are promoted
+    assert promoted.serves("attention_forward", "bf16", "cudnn") and promoted.serves("attention_backward", "bf16", "cudnn")
+    assert default_attention("fp32", True, promoted) == "flash"      # TF32 matmuls: TF32 attention
+    assert default_attention("fp32", False, promoted) == "softmax"   # exact matmuls: exact attention
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "cudnn" else real(name, *a))
+    assert default_attention("bf16", True, promoted) == "cudnn"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cudnn" else real(name, *a))
+    assert default_attention("bf16", True, promoted) == "flash"      # no cuDNN frontend: our flash kernels
+    promoted.manifest = {k: v for k, v in promoted.manifest.items() if "@cudnn" not in k}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "cudnn" else real(name, *a))
+    assert default_attention("bf16", True, promoted) == "flash"      # cuDNN not promoted

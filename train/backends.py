@@ -91,9 +91,10 @@ class PromotedSet:
         good = [v.number for v in versions if v.deterministic and not any(v.unmet(s) for s in sizes)]
         return str(good[-1]) if good and any(not v.deterministic for v in versions) else "VERSION"
 
-    def serves(self, family: str, precision: str = "fp32") -> bool:
-        """Whether a version of `family` is promoted at `precision` (the fused families are optional)."""
-        return entry_key(family, precision) in self.manifest
+    def serves(self, family: str, precision: str = "fp32", variant: str | None = None) -> bool:
+        """Whether a version of `family` (or its `variant`) is promoted at `precision` (the fused
+        families and the variants are optional)."""
+        return entry_key(family, precision, variant) in self.manifest
 
     def stand_ins(self, families, precision: str = "fp32") -> dict[str, dict]:
         """family -> the @deterministic entry that serves it in place of its promoted version."""
@@ -394,3 +395,20 @@ def _check(result, what: str) -> None:
     if err != cu.CUresult.CUDA_SUCCESS:
         _, name = cu.cuGetErrorString(err)
         raise TrainError(f"CUDA graph {what} failed: {name.decode() if name else err}")
+
+
+def default_attention(precision: str, tf32: bool, promoted=None) -> str:
+    """The fastest attention as exact as the run's matmuls: at fp32 the TF32 flash kernel when the
+    matmuls run on TF32 too (--tf32, the default), the exact CUDA-core one without; at bf16
+    cuDNN's fused attention where both its entries are promoted and the cuDNN frontend is
+    installed (on the H100 it beats our flash kernels by 1.3x forward and backward), else our flash
+    attention. `promoted`: a PromotedSet (read from train/kernels/ when None)."""
+    if precision != "bf16":
+        return "flash" if tf32 else "softmax"
+    import importlib.util
+    try:
+        promoted = promoted or PromotedSet()
+    except TrainError:
+        return "flash"  # nothing promoted: the run's own check says so in its words
+    has = all(promoted.serves(f, precision, "cudnn") for f in ("attention_forward", "attention_backward"))
+    return "cudnn" if has and importlib.util.find_spec("cudnn") is not None else "flash"

@@ -21,6 +21,7 @@ import click
 from workbench.files import unwritable_folder
 
 from . import checkpoint, formats
+from .backends import default_attention
 from .config import GPT2Config, PRESETS
 from .data import Shards, TrainData, ValData
 from .distributed import Launch
@@ -98,10 +99,15 @@ class TrainOptions:
                               "weights and optimizer state, logits' loss in fp32.")
     attention: str | None = opt(None, "--attention", type=click.Choice(["softmax", "flash", "cudnn", "relu"]),
                                 resume=KEPT_,
-                                help="softmax: the promoted attention at the precision (fp32: CUDA cores, exact); "
-                                     "flash: our tensor-core flash attention (fp32: its TF32 variant); cudnn: cuDNN's "
-                                     "(bf16); relu: ReLU attention (fp32: CUDA cores; bf16: tensor cores) [default: "
-                                     "softmax at fp32, flash at bf16].")
+                                help="What each costs (errors against a float64 reference, the families' checks): "
+                                     "softmax: the promoted attention at the precision, fp32 on CUDA cores (~1e-6, "
+                                     "exact; the slowest); flash: our tensor-core flash attention (fp32: TF32 inputs, "
+                                     "~1.5e-3, as exact as the --tf32 matmuls around it; bf16: bf16 inputs, fp32 sums, "
+                                     "~4e-3); cudnn: cuDNN's fused attention (bf16 only, the same ~4e-3 as flash, and "
+                                     "faster); relu: ReLU attention, another model (fp32: CUDA cores; bf16: tensor "
+                                     "cores). [default: the fastest that is as exact as the run's matmuls: flash at "
+                                     "fp32 with --tf32, softmax with --no-tf32, cudnn at bf16 where it is promoted "
+                                     "and the cuDNN frontend is installed, else flash]")
     tf32: bool = opt(True, "--tf32/--no-tf32", resume=KEPT_, help="TF32 tensor cores for the fp32 matmuls.")
     save: str | None = opt(None, "--save", type=click.Path(dir_okay=False),
                            help="Write a v3 checkpoint here at the end (and on Ctrl-C).")
@@ -230,7 +236,7 @@ def prepare(opts: TrainOptions, launch: Launch) -> Run:
         else:
             opts = adopt(opts, resume, launch)
     if opts.attention is None:
-        opts = dataclasses.replace(opts, attention="flash" if opts.precision == "bf16" else "softmax")
+        opts = dataclasses.replace(opts, attention=default_attention(opts.precision, opts.tf32))
     try:
         variant = attention_variant(opts.attention, opts.precision)
     except TrainError as e:
