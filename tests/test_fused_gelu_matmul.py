@@ -12,7 +12,7 @@ import pytest
 from references.gelu_forward import gelu_forward
 from references.matmul_backward_dgelu import matmul_backward_dgelu
 from references.matmul_forward_gelu import matmul_forward_gelu
-from workbench.check import make_case
+from workbench.check import from_storage, make_case, to_storage
 from workbench.errors import ContractError
 from workbench.family import Project
 from workbench.library_calls import _epilogue
@@ -143,3 +143,46 @@ def test_gelu_of_the_reference_is_gelu_forwards():
     x = np.linspace(-6, 6, 101)
     got = matmul_forward_gelu(x.reshape(1, -1, 1), np.ones((1, 1)), np.zeros(1))
     np.testing.assert_allclose(got["out"].ravel(), gelu_forward(x)["out"], rtol=0, atol=0)
+
+
+def _bf16(values):
+    return from_storage(to_storage(np.asarray(values, dtype=np.float32), "bf16"), "bf16").astype(np.float64)
+
+
+def test_dpre_bias_at_bf16_admits_the_sum_of_dpre_as_written_and_rejects_a_lost_row():
+    """At bf16 a version sums dpre as it wrote it, rounded to bf16 (the unfused trainer's order:
+    gelu_backward writes bf16, matmul_backward_bias sums that): N roundings that the family's
+    1e-2 cannot absorb where a column sums to near zero. Its own atol takes that at the default
+    sizes, every seed, and still fails a version that loses one row of the N."""
+    fam = Project(ROOT).family("matmul_backward_dgelu")
+    arg = fam.arg("dpre_bias")
+    atol, rtol = fam.tolerance(arg, "bf16")
+    assert (atol, rtol) == (3e-2, 1e-2) and fam.tolerance(fam.arg("dpre"), "bf16") == (1e-2, 1e-2)
+    assert fam.tolerance(arg, "fp32") == (1e-3, 1e-4)
+    for seed in fam.seeds:
+        case = make_case(fam, fam.default_sizes, seed, "bf16")
+        ref, dpre = case.expected["dpre_bias"], case.expected["dpre"]
+        rows = _bf16(dpre).reshape(-1, dpre.shape[-1])
+        start = from_storage(case.inputs["dpre_bias"], "bf16").astype(np.float64)
+
+        def passes(got):
+            return bool(np.all(np.abs(_bf16(got) - ref) <= atol + rtol * np.abs(ref)))
+        assert not passes(start), "a version that adds nothing passes"
+        assert passes(start + rows.sum(axis=0)), seed
+        assert not passes(start + rows[1:].sum(axis=0)), (seed, "a lost row passes")
+        with pytest.raises(AssertionError):  # the family-wide atol alone would not take it
+            assert np.all(np.abs(_bf16(start + rows.sum(axis=0)) - ref) <= 1e-2 + rtol * np.abs(ref))
+
+
+def test_an_own_tolerance_is_only_for_an_output_the_precision_changes(tmp_path):
+    src = Project(ROOT).family("matmul_backward_dgelu").path
+    for bad, what in (("dout = { atol = 1.0, rtol = 1.0 }", "dout"), ("nosuch = { atol = 1.0, rtol = 1.0 }", "nosuch"),
+                      ("dpre = 1.0", "dpre")):
+        root = tmp_path / what
+        shutil.copytree(ROOT / "references", root / "references")
+        shutil.copytree(src, root / "kernels" / src.name)
+        shutil.copytree(ROOT / "kernels" / "common", root / "kernels" / "common")
+        toml = root / "kernels" / src.name / "family.toml"
+        toml.write_text(toml.read_text().replace("dpre_bias = { atol = 3e-2, rtol = 1e-2 }", bad))
+        with pytest.raises(ContractError, match=f"tolerance.{what}: only an output this precision changes"):
+            Project(root).family(src.name)

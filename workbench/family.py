@@ -144,6 +144,7 @@ class Precision:
     bytes: str | None = None           # default: every argument's elements at their width
     torch: str | None = None
     extra: tuple[Arg, ...] = ()
+    own: dict[str, tuple[float, float]] = field(default_factory=dict)  # output -> its (atol, rtol) here
 
 
 @dataclass(frozen=True)
@@ -345,6 +346,8 @@ class Family:
         """An output that changed type at this precision: the precision's tolerance (an extra
         argument's own, if it gives one); any other: its own, else the family's."""
         p = self.precisions.get(precision)
+        if p is not None and arg.name in p.own:
+            return p.own[arg.name]
         if p is not None and arg in p.extra:
             return (arg.atol if arg.atol is not None else p.atol, arg.rtol if arg.rtol is not None else p.rtol)
         if p is not None and arg.name in p.args:  # the arg's own fp32 tolerance does not carry over
@@ -547,11 +550,20 @@ def _add_precision(fam: Family, pname: str, spec: Any, known: set[str], w: str) 
         if arg.dtype not in FLOAT_DTYPES or dt not in FLOAT_DTYPES:
             raise ContractError(f"{w}: only float arguments change type; {n} is {arg.dtype}, asked {dt}")
     ptol = _want(spec, "tolerance", dict, w)
-    _no_extra(ptol, {"atol", "rtol"}, f"{w} tolerance")
+    # An output whose error at this precision grows with a size (a sum of N rounded terms) may be
+    # given its own: tolerance = { atol = .., rtol = .., NAME = { atol = .., rtol = .. } }.
+    own = {}
+    for name in set(ptol) - {"atol", "rtol"}:
+        t, tw = ptol[name], f"{w} tolerance.{name}"
+        if name not in changed or not fam.arg(name).is_output or not isinstance(t, dict):
+            raise ContractError(f"{tw}: only an output this precision changes may have its own tolerance "
+                                f"(a table {{ atol = .., rtol = .. }})")
+        _no_extra(t, {"atol", "rtol"}, tw)
+        own[name] = (float(_want(t, "atol", (int, float), tw)), float(_want(t, "rtol", (int, float), tw)))
     fam.precisions[pname] = Precision(
         pname, changed, atol=float(_want(ptol, "atol", (int, float), w)), rtol=float(_want(ptol, "rtol", (int, float), w)),
         bytes=None if "bytes" not in spec else str(spec["bytes"]), torch=_want(spec, "torch", str, w, None),
-        extra=extra)
+        extra=extra, own=own)
     if fam.precisions[pname].bytes:
         unknown = expr.names(fam.precisions[pname].bytes) - known
         if unknown:
