@@ -146,7 +146,7 @@ def test_a_version_that_changes_the_shared_staged_case_fails_and_the_case_is_res
     project = Project(FIXTURES / "project")
     family = project.family("scale")
     with Session(project, Options(timeout=60, torch=False)) as s:
-        paths = s.cases(family, s.sizes_for(family))
+        paths = s.store.cases(family, s.sizes_for(family))
         staged = s.staging.share(family, "fp32", paths)
         assert staged is not None and set(staged["cases"]) == set(paths)
         clean = Row("version", "scale", 1, status="passed")
