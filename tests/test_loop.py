@@ -228,3 +228,58 @@ def test_sizes_a_version_refuses_are_one_line_before_any_gpu_work(verb):
     r = CliRunner().invoke(cli, [verb, "matmul_backward_dgelu", "3", "--sizes", "B=1,T=2,C=37,OC=5"])
     assert r.exit_code != 0 and "PyCUDA" not in r.output and "ncu" not in r.output
     assert "matmul_backward_dgelu 3 refuses B=1,T=2,C=37,OC=5: it requires C % 8 == 0" in r.output
+
+
+class FakePool:
+    def __init__(self):
+        self.jobs = []
+
+    def submit(self, fn, args):
+        from concurrent.futures import Future
+        self.jobs.append(args)
+        done = Future()
+        done.set_result(None)
+        return done
+
+
+def test_compiles_start_only_what_is_not_cached_and_a_warm_session_starts_no_pool(tmp_path, monkeypatch):
+    """A one-version command starts its version's and the harness kernels' compiles before the
+    probe; what the cache already holds (for the arch the kept probe names) starts nothing, and
+    without a known arch everything goes to the pool, whose process asks the driver."""
+    from workbench import compile as wb_compile
+    from workbench import compiles
+    from workbench.compiles import Compiles, harness_sources
+    from workbench.ledger import Ledger
+    pools = []
+    monkeypatch.setattr(compiles, "niced_pool", lambda *a: pools.append(FakePool()) or pools[-1])
+    v = Project(ROOT).family("layernorm_forward").version(4)
+    cached = set()
+    monkeypatch.setattr(wb_compile, "is_cached", lambda path, arch, source=None: (path, source) in cached)
+
+    c = Compiles(Ledger(), lambda text: None)
+    c.start([v], None)   # a fresh machine: no kept probe, no arch
+    assert len(pools) == 1 and [j[1] for j in pools[0].jobs] == [None] * 7
+    assert pools[0].jobs[0][0] == str(v.path) and [j[2] for j in pools[0].jobs[1:]] == harness_sources()
+    c.start([v], None)   # already started: not again
+    assert len(pools[0].jobs) == 7
+
+    cached |= {(v.path, None)} | {(None, src) for src in harness_sources()}
+    warm = Compiles(Ledger(), lambda text: None)
+    warm.start([v], "sm_90")
+    assert len(pools) == 1, "a warm session started a compile pool"
+    cached.discard((v.path, None))  # the version was edited: only it is compiled
+    warm.start([v], "sm_90")
+    assert len(pools) == 2 and pools[1].jobs == [(str(v.path), "sm_90", None)]
+
+
+def test_the_cache_key_is_the_one_compile_cubin_reads(tmp_path, monkeypatch):
+    from workbench import compile as wb_compile
+    monkeypatch.setattr(wb_compile, "CACHE_DIR", tmp_path)
+    v = Project(ROOT).family("layernorm_forward").version(4)
+    assert not wb_compile.is_cached(v.path, "sm_90")
+    key = wb_compile._keyed(v.path, "sm_90", None)[-1]
+    key.parent.mkdir(parents=True)
+    key.with_suffix(".cubin").write_bytes(b"x")
+    assert not wb_compile.is_cached(v.path, "sm_90"), "a cubin without its report is not a cache entry"
+    key.with_suffix(".json").write_text("{}")
+    assert wb_compile.is_cached(v.path, "sm_90") and not wb_compile.is_cached(v.path, "sm_80")

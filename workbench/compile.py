@@ -194,6 +194,21 @@ def _cache_key(text: str, options: list[str], arch: str, dirs: list[str]) -> Pat
     return CACHE_DIR / "cubin" / key
 
 
+def _keyed(path: Path | None, arch: str, source: str | None):
+    """What a compile is keyed on: (path, text, include dirs, options, cache key)."""
+    path = Path(path).resolve() if path is not None else None
+    text = source if source is not None else source_for(path)
+    dirs = include_dirs(path) if path is not None else []
+    options = [*flags(), "-Xptxas", "-v"]
+    return path, text, dirs, options, _cache_key(text, options, arch, dirs)
+
+
+def is_cached(path: Path | None, arch: str, source: str | None = None) -> bool:
+    """Whether compile_cubin would find this compile in the cache (no nvcc to run)."""
+    key = _keyed(path, arch, source)[-1]
+    return key.with_suffix(".cubin").exists() and key.with_suffix(".json").exists()
+
+
 def compile_cubin(path: Path | None, arch: str, source: str | None = None):
     """nvcc through PyCUDA's compiler, behind a cache keyed on the text, its local headers, the
     options, the arch and the nvcc binary (so a cached load runs no subprocess at all).
@@ -204,11 +219,7 @@ def compile_cubin(path: Path | None, arch: str, source: str | None = None):
         import pycuda.driver as drv
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise NoGPU(f"PyCUDA is not importable ({e}); install the gpu extra: pip install -e '.[gpu]'") from None
-    path = Path(path).resolve() if path is not None else None
-    text = source if source is not None else source_for(path)
-    dirs = include_dirs(path) if path is not None else []
-    options = [*flags(), "-Xptxas", "-v"]
-    key = _cache_key(text, options, arch, dirs)
+    path, text, dirs, options, key = _keyed(path, arch, source)
     cubin_file, report_file = key.with_suffix(".cubin"), key.with_suffix(".json")
     if cubin_file.exists() and report_file.exists():
         report = json.loads(report_file.read_text())
@@ -246,16 +257,26 @@ def harness_module(source: str):
     return load_module(None, source)[0]
 
 
+def arch_of_device() -> str:
+    """The arch of the device this process would use, from the driver alone (cuInit, no context):
+    what a pool process asks when the session does not know it yet."""
+    import pycuda.driver as drv
+    drv.init()
+    major, minor = drv.Device(0).compute_capability()
+    return f"sm_{major}{minor}"
+
+
 def _precompile_one(args) -> str | None:
-    path, arch = args
+    path, arch, source = args
     try:
-        compile_cubin(Path(path), arch)
+        compile_cubin(Path(path) if path is not None else None, arch or arch_of_device(), source)
         return None
     except Exception as e:  # reported again, properly, when the version runs
-        return f"{path}: {e}"
+        return f"{path or 'a harness kernel'}: {e}"
 
 
-def compile_in_pool(pool, path: Path, arch: str):
-    """Submit one version's compile (into the cache) to a process pool; the future's result is
-    None, or the error text (reported again, properly, when the version runs)."""
-    return pool.submit(_precompile_one, (str(path), arch))
+def compile_in_pool(pool, path: Path | None, arch: str | None, source: str | None = None):
+    """Submit one compile (into the cache) to a process pool: a version's file, or a harness
+    kernel's `source`; arch None: the pool process asks the driver. The future's result is None,
+    or the error text (reported again, properly, when the version runs)."""
+    return pool.submit(_precompile_one, (str(path) if path is not None else None, arch, source))

@@ -23,16 +23,31 @@ class Compiles:
         self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[str, Future] = {}    # version path -> its background compile
 
-    def start(self, versions: list[Version], arch: str) -> None:
-        """Compile the versions in the background, in the order given, for `arch` ("sm_90"),
-        into the cache; a version already started is not started again."""
-        from .compile import compile_in_pool
-        self.progress(f"compiling {len(versions)} versions in the background for {arch}")
+    def start(self, versions: list[Version], arch: str | None, harness: bool = True) -> None:
+        """Compile the versions (and the harness kernels every child loads) in the background,
+        in the order given, for `arch` ("sm_90"; None: the pool asks the driver), into the cache.
+        What is already started, or known to be cached, is not started again: a warm session
+        starts no pool at all."""
+        from .compile import compile_in_pool, is_cached
+        todo = [(str(v.path), v.path, None) for v in versions]
+        todo += [("harness:" + src, None, src) for src in (harness_sources() if harness else [])]
+        todo = [t for t in todo if t[0] not in self._futures and not (arch and is_cached(t[1], arch, t[2]))]
+        if not todo:
+            return
+        self.progress(f"compiling {len(todo)} kernels in the background" + (f" for {arch}" if arch else ""))
         if self._pool is None:  # niced more: the GPU's own processes, then the references, come first
             self._pool = niced_pool(max(1, (os.cpu_count() or 2) - 2), 10)
-        for v in versions:
-            if str(v.path) not in self._futures:
-                self._futures[str(v.path)] = compile_in_pool(self._pool, v.path, arch)
+        for name, path, source in todo:
+            self._futures[name] = compile_in_pool(self._pool, path, arch, source)
+
+    def start_ahead(self, versions: list[Version]) -> None:
+        """A one-version command's compiles, started before the device is probed: for the arch
+        of the probe kept for this machine, or (a fresh machine) the one the pool's process asks
+        the driver for; so on a fresh machine nvcc runs beside the probe and the child's start,
+        not after them. Nothing starts where everything is cached."""
+        from .device import cached_probe, host_identity
+        kept = cached_probe(host_identity())
+        self.start(versions, "sm_" + kept["device"]["compute_capability"].replace(".", "") if kept else None)
 
     def wait_for(self, version: Version) -> None:
         """Wait for the version's background compile, if one was started."""
@@ -47,3 +62,14 @@ class Compiles:
         """Stop the pool: queued compiles are cancelled, those under way killed (pools.stop_pool)."""
         if self._pool is not None:
             stop_pool(self._pool)
+
+
+def harness_sources() -> list[str]:
+    """The workbench's own kernels (compare, flush, busy-wait, copy, ramp, checksum) that the
+    children compile on first use: compiled ahead with the versions on a machine that has not
+    cached them yet."""
+    from .check import COMPARE_KERNEL
+    from .providers import RAMP_KERNEL
+    from .staging import CHECKSUM_KERNEL
+    from .timing import BUSY_KERNEL, COPY_KERNEL, READ_KERNEL
+    return [COMPARE_KERNEL, READ_KERNEL, BUSY_KERNEL, COPY_KERNEL, RAMP_KERNEL, CHECKSUM_KERNEL]

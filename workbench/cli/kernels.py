@@ -171,6 +171,7 @@ def _begin(session, status, v, sizes: dict | None):
     baselines', unless kept) started at once, the device read; the run's record."""
     session.progress = lambda text: status.update(escape(text))
     session.head_start(v.family, sizes, v.precision)
+    session.compiles.start_ahead([v])
     return session.new_run()
 
 
