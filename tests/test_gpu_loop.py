@@ -106,6 +106,7 @@ with Session(Project(), Options(torch=False)) as s:
     s.compiles.start_ahead([v])
     errors = [f.result(timeout=120) for f in list(s.compiles._futures.values())]
     assert errors == [None] * 7, errors
+    s.device()  # the probe, kept for this machine: the next session knows the arch without asking
 arch = arch_of_device()
 assert is_cached(v.path, arch) and all(is_cached(None, arch, src) for src in harness_sources())
 with Session(Project(), Options(torch=False)) as s:
@@ -118,6 +119,6 @@ print("precompiled", 1 + len(harness_sources()))
 def test_a_fresh_machine_compiles_the_version_and_the_harness_kernels_ahead(tmp_path):
     """No probe kept, nothing cached (a fresh machine): a run's version and the harness kernels
     its children load are compiled in the pool, for the arch the pool asks the driver for, into
-    the cache the children read; once cached, nothing is started."""
+    the cache the children read; once cached (and the probe kept), nothing is started."""
     r = bounded([sys.executable, "-c", PRECOMPILE], 180, env=env_for(ROOT, tmp_path / "cache"), cwd=ROOT)
     assert r.returncode == 0 and "precompiled 7" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]

@@ -170,8 +170,8 @@ def _begin(session, status, v, sizes: dict | None):
     """A one-version session's start: progress on the status line, the version's child (and the
     baselines', unless kept) started at once, the device read; the run's record."""
     session.progress = lambda text: status.update(escape(text))
+    session.compiles.start_ahead([v])  # first: the head start may probe the device
     session.head_start(v.family, sizes, v.precision)
-    session.compiles.start_ahead([v])
     return session.new_run()
 
 
