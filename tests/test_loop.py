@@ -283,3 +283,19 @@ def test_the_cache_key_is_the_one_compile_cubin_reads(tmp_path, monkeypatch):
     assert not wb_compile.is_cached(v.path, "sm_90"), "a cubin without its report is not a cache entry"
     key.with_suffix(".json").write_text("{}")
     assert wb_compile.is_cached(v.path, "sm_90") and not wb_compile.is_cached(v.path, "sm_80")
+
+
+def test_the_watch_the_cache_key_and_flatten_see_the_same_headers_for_every_version():
+    """One resolver (compile.find_header) behind all three: the files the watch follows, the
+    headers the compile cache keys on and those promote's flattened copy inlines are the same."""
+    import re
+
+    from workbench import compile as wb_compile
+    for fam in Project(ROOT).families():
+        for v in fam.versions:
+            followed = watch.build_files(v.path)[1:]
+            dirs = wb_compile.include_dirs(v.path)
+            keyed = wb_compile._local_includes(wb_compile.source_for(v.path), dirs)
+            inlined = re.findall(r"^// ---- begin (\S+) ----$", wb_compile.flatten(v.path), re.M)
+            assert sorted(f.name for f in followed) == sorted(inlined), v.label
+            assert all(f.read_text() in keyed for f in followed), v.label

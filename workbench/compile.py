@@ -72,21 +72,32 @@ def source_for(path: Path) -> str:
     return f'#line 1 "{path}"\n' + path.read_text()
 
 
+def find_header(name: str, dirs: list[str]) -> Path | None:
+    """Where a local `#include "name"` resolves: the first of `dirs` (include_dirs) holding it,
+    as nvcc's -I order finds it; None for a header nvcc finds elsewhere (CUDA's own). Compile's
+    cache key, flatten and the watch all resolve includes through this."""
+    for d in dirs:
+        cand = Path(d) / name
+        if cand.exists():
+            return cand
+    return None
+
+
 def flatten(path: Path) -> str:
     """The file with its local #include "..." headers inlined (for frozen, self-contained copies)."""
     path = Path(path).resolve()
+    dirs = include_dirs(path)
     seen: set[Path] = set()
 
     def expand(p: Path) -> str:
         def repl(m: re.Match) -> str:
-            for d in include_dirs(path):
-                cand = Path(d) / m.group(1)
-                if cand.exists():
-                    if cand in seen:
-                        return f"// (already included: {m.group(1)})"
-                    seen.add(cand)
-                    return f"// ---- begin {m.group(1)} ----\n{expand(cand)}\n// ---- end {m.group(1)} ----"
-            return m.group(0)
+            cand = find_header(m.group(1), dirs)
+            if cand is None:
+                return m.group(0)
+            if cand in seen:
+                return f"// (already included: {m.group(1)})"
+            seen.add(cand)
+            return f"// ---- begin {m.group(1)} ----\n{expand(cand)}\n// ---- end {m.group(1)} ----"
         return INCLUDE.sub(repl, p.read_text())
 
     return expand(path)
@@ -178,13 +189,11 @@ def _local_includes(text: str, dirs: list[str], seen: set[str] | None = None) ->
     seen = set() if seen is None else seen
     out = []
     for name in INCLUDE.findall(text):
-        for d in dirs:
-            cand = Path(d) / name
-            if cand.exists() and str(cand) not in seen:
-                seen.add(str(cand))
-                body = cand.read_text()
-                out.append(body + _local_includes(body, dirs, seen))
-                break
+        cand = find_header(name, dirs)
+        if cand is not None and str(cand) not in seen:
+            seen.add(str(cand))
+            body = cand.read_text()
+            out.append(body + _local_includes(body, dirs, seen))
     return "\0".join(out)
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .compile import INCLUDE, include_dirs
+from .compile import INCLUDE, find_header, include_dirs
 
 POLL_S = 0.05
 SETTLE_S = 0.05
@@ -23,7 +23,7 @@ Stamp = tuple[tuple[str, int, int], ...]
 def build_files(path: Path) -> list[Path]:
     """The version's file and the local headers it includes (recursively), as compile finds them."""
     path = Path(path).resolve()
-    dirs = [Path(d) for d in include_dirs(path)]
+    dirs = include_dirs(path)
     files, todo = [path], [path]
     while todo:
         try:
@@ -31,13 +31,10 @@ def build_files(path: Path) -> list[Path]:
         except OSError:
             continue
         for name in INCLUDE.findall(text):
-            for d in dirs:
-                cand = (d / name).resolve()
-                if cand.exists():
-                    if cand not in files:
-                        files.append(cand)
-                        todo.append(cand)
-                    break
+            cand = find_header(name, dirs)
+            if cand is not None and cand.resolve() not in files:
+                files.append(cand.resolve())
+                todo.append(cand.resolve())
     return files
 
 
