@@ -1,6 +1,8 @@
-"""A bench session's background compiles: `Compiles` owns the compile pool (niced, no GPU
-context: compile.compile_in_pool writes each cubin into the compile cache) and a future per
-version; a version's row waits only for its own compile (`wait_for`)."""
+"""A session's background compiles: `Compiles` owns the compile pool (niced, no GPU context:
+compile.compile_in_pool writes each cubin into the compile cache) and a future per version and
+per harness kernel not cached yet; a version's row waits only for its own compile (`wait_for`).
+A bench starts them once it knows the device; a one-version command before it probes
+(`start_ahead`)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ class Compiles:
     def __init__(self, ledger: Ledger, progress: Progress):
         self.ledger, self.progress = ledger, progress
         self._pool: ProcessPoolExecutor | None = None
-        self._futures: dict[str, Future] = {}    # version path -> its background compile
+        self._futures: dict[str, Future] = {}    # version path (or "harness:" + source) -> its compile
 
     def start(self, versions: list[Version], arch: str | None, harness: bool = True) -> None:
         """Compile the versions (and the harness kernels every child loads) in the background,
