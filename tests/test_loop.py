@@ -299,3 +299,19 @@ def test_the_watch_the_cache_key_and_flatten_see_the_same_headers_for_every_vers
             inlined = re.findall(r"^// ---- begin (\S+) ----$", wb_compile.flatten(v.path), re.M)
             assert sorted(f.name for f in followed) == sorted(inlined), v.label
             assert all(f.read_text() in keyed for f in followed), v.label
+
+
+def test_start_ahead_compiles_for_the_kept_probes_arch_and_asks_the_driver_without_one(monkeypatch):
+    from workbench import compile as wb_compile
+    from workbench import compiles, device
+    from workbench.compiles import Compiles
+    from workbench.ledger import Ledger
+    pools = []
+    monkeypatch.setattr(compiles, "niced_pool", lambda *a: pools.append(FakePool()) or pools[-1])
+    monkeypatch.setattr(wb_compile, "is_cached", lambda path, arch, source=None: False)
+    v = Project(ROOT).family("layernorm_forward").version(4)
+    monkeypatch.setattr(device, "cached_probe", lambda identity: {"device": {"compute_capability": "8.6"}})
+    Compiles(Ledger(), lambda text: None).start_ahead([v])
+    monkeypatch.setattr(device, "cached_probe", lambda identity: None)
+    Compiles(Ledger(), lambda text: None).start_ahead([v])
+    assert {j[1] for j in pools[0].jobs} == {"sm_86"} and {j[1] for j in pools[1].jobs} == {None}

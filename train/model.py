@@ -374,7 +374,6 @@ class ProgramPasses:
         # now dresidual holds d(residual entering layer l)
         return b
 
-
     def _recomputing(self, l: int, calls: list[Step]) -> list[Step]:
         """Layer l's backward with each activation the program does not keep (RECOMPUTED) refilled
         right before the first call that binds it."""

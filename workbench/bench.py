@@ -123,8 +123,8 @@ class Session:
         return self.options.sizes_for(family)
 
     def start_compiles(self, versions: list[Version]) -> None:
-        cc = self.device()["device"]["compute_capability"].replace(".", "")
-        self.compiles.start(versions, f"sm_{cc}")
+        from .compile import sm_arch
+        self.compiles.start(versions, sm_arch(self.device()["device"]["compute_capability"]))
 
     # -- rows ---------------------------------------------------------------------------------
     def request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:

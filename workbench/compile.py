@@ -166,10 +166,14 @@ def compile_only(path: Path, arch: str, extra: list[str] | None = None) -> tuple
     return parse_ptxas(text), _shorten(diagnostics(text), path)
 
 
+def sm_arch(compute_capability: str) -> str:
+    """nvcc's name for a compute capability: "9.0" -> "sm_90"."""
+    return "sm_" + compute_capability.replace(".", "")
+
+
 def device_arch() -> str:
     import pycuda.driver as drv
-    major, minor = drv.Context.get_device().compute_capability()
-    return f"sm_{major}{minor}"
+    return sm_arch("%d.%d" % drv.Context.get_device().compute_capability())
 
 
 @lru_cache(maxsize=None)
@@ -271,8 +275,7 @@ def arch_of_device() -> str:
     what a pool process asks when the session does not know it yet."""
     import pycuda.driver as drv
     drv.init()
-    major, minor = drv.Device(0).compute_capability()
-    return f"sm_{major}{minor}"
+    return sm_arch("%d.%d" % drv.Device(0).compute_capability())
 
 
 def _precompile_one(args) -> str | None:

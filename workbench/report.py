@@ -6,7 +6,6 @@ are tested without a GPU.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Any, Iterable
 
 from rich.console import Group
