@@ -15,6 +15,20 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def project_with(root: Path, family: str, versions: bool = True) -> Path:
+    """A project of one family at `root`: its folder (family.toml, its own headers and, with
+    `versions`, its versions), kernels/common and references/, for a test to change a copy of.
+    Returns the family's folder."""
+    src, fam_dir = ROOT / "kernels" / family, root / "kernels" / family
+    fam_dir.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name == "family.toml" or f.suffix == ".cuh" or (versions and f.suffix == ".cu"):
+            shutil.copy(f, fam_dir)
+    shutil.copytree(ROOT / "kernels" / "common", root / "kernels" / "common")
+    shutil.copytree(ROOT / "references", root / "references")
+    return fam_dir
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_available() -> str | None:
     """None when a CUDA GPU is usable through PyCUDA, else why not."""

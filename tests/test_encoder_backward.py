@@ -58,7 +58,7 @@ from workbench import expr
 from workbench.check import Case, from_storage, make_case, make_inputs, run_reference, to_storage
 from workbench.family import Project
 
-from conftest import ROOT
+from conftest import ROOT, project_with
 from references_helpers import F, needs_torch, random_tokens, torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu_emu"))
@@ -107,13 +107,7 @@ def with_capacity(tmp_path, number, cap, G=None):
     """A copy of version `number` holding `cap` positions at once (and G token blocks if given),
     in a project of its own: the paths for positions that do not fit, at small sizes."""
     src = FAMILY.version(number).path
-    fam_dir = tmp_path / "kernels" / "encoder_backward"
-    fam_dir.mkdir(parents=True)
-    shutil.copy(FAMILY.path / "family.toml", fam_dir)
-    shutil.copytree(ROOT / "references", tmp_path / "references")
-    shutil.copytree(ROOT / "kernels" / "common", tmp_path / "kernels" / "common")
-    for helper in FAMILY.path.glob("*.cuh"):  # the family's own helpers
-        shutil.copy(helper, fam_dir)
+    fam_dir = project_with(tmp_path, "encoder_backward", versions=False)
     text = re.sub(r"^builds_on = .*\n", "", src.read_text(), flags=re.M)  # the copy holds no other version
     text, n = re.subn(r"constexpr int CAP = \d+;", f"constexpr int CAP = {cap};", text)
     assert n == 1
@@ -515,13 +509,7 @@ def fp32_twin(tmp_path):
     header = _sub(_sub(header, '"C % 8 == 0"', '"C % 4 == 0"'), '"C % 8 != 0"', '"C % 4 != 0"')
     header = _sub(_sub(header, "encoder_backward8_pack8", "encoder_backward9_vec4"),
                   "encoder_backward8_scalar", "encoder_backward9_scalar")
-    fam_dir = tmp_path / "kernels" / "encoder_backward"
-    fam_dir.mkdir(parents=True)
-    shutil.copy(FAMILY.path / "family.toml", fam_dir)
-    shutil.copytree(ROOT / "references", tmp_path / "references")
-    shutil.copytree(ROOT / "kernels" / "common", tmp_path / "kernels" / "common")
-    for helper in FAMILY.path.glob("*.cuh"):  # the family's own helpers
-        shutil.copy(helper, fam_dir)
+    fam_dir = project_with(tmp_path, "encoder_backward", versions=False)
     (fam_dir / "9_fp32_one_pass.cu").write_text(header + "*/" + FP32_CODE)
     version = Project(tmp_path).family("encoder_backward").version(9)
     assert version.precision == "fp32" and version.deterministic

@@ -17,7 +17,7 @@ from workbench.errors import ContractError
 from workbench.family import Project
 from workbench.library_calls import _epilogue
 
-from conftest import ROOT
+from conftest import ROOT, project_with
 
 FAMILIES = ["matmul_forward_gelu", "matmul_backward_dgelu"]
 SHAPES = [(1, 1, 1, 1), (2, 3, 37, 5), (1, 7, 33, 16)]  # (B, T, C, OC)
@@ -179,10 +179,7 @@ def test_an_own_tolerance_is_only_for_an_output_the_precision_changes(tmp_path):
     for bad, what in (("dout = { atol = 1.0, rtol = 1.0 }", "dout"), ("nosuch = { atol = 1.0, rtol = 1.0 }", "nosuch"),
                       ("dpre = 1.0", "dpre")):
         root = tmp_path / what
-        shutil.copytree(ROOT / "references", root / "references")
-        shutil.copytree(src, root / "kernels" / src.name)
-        shutil.copytree(ROOT / "kernels" / "common", root / "kernels" / "common")
-        toml = root / "kernels" / src.name / "family.toml"
+        toml = project_with(root, src.name) / "family.toml"
         toml.write_text(toml.read_text().replace("dpre_bias = { atol = 3e-2, rtol = 1e-2 }", bad))
         with pytest.raises(ContractError, match=f"tolerance.{what}: only an output this precision changes"):
             Project(root).family(src.name)

@@ -4,7 +4,6 @@ on; Ctrl-C ends it with status 0), and a second `run` reusing the baselines the 
 
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,14 +12,13 @@ import time
 
 import pytest
 
-from conftest import ROOT, Bounded, bounded
+from conftest import ROOT, Bounded, bounded, project_with
 
 pytestmark = pytest.mark.gpu
 
 
 def project_copy(tmp_path):
-    for part in ("kernels/layernorm_forward", "kernels/common", "references"):
-        shutil.copytree(ROOT / part, tmp_path / part)
+    project_with(tmp_path, "layernorm_forward")
     return tmp_path
 
 
