@@ -19,29 +19,58 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 
 class Reporter:
-    """Writes the result file after each phase, so a timeout still says how far a job got."""
+    """Writes the result file as a job goes, so a timeout still says how far it got.
+
+    A phase is written at once when the last write is EVERY seconds old; otherwise a timer writes
+    it EVERY seconds later (a check runs ~100 phases a second, and a write each cost ~1 ms on the
+    H100 host). A launch that hangs blocks only the main thread (PyCUDA lets the GIL go while it
+    waits), so the timer still writes the phase it hung in. `refresh` (set by the job) brings the
+    result up to date just before each write."""
+
+    EVERY = 0.1
 
     def __init__(self, path: str):
         self.path = Path(path)
         self.result: dict[str, Any] = {"status": "started", "phase": "starting"}
+        self.refresh: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._written = 0.0
+        self._timer: threading.Timer | None = None
 
     def phase(self, text: str) -> None:
         self.result["phase"] = text
-        self.flush()
+        if time.monotonic() - self._written >= self.EVERY:
+            self.flush()
+        elif self._timer is None:
+            self._timer = threading.Timer(self.EVERY, self._late)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _late(self) -> None:
+        self._timer = None
+        try:
+            self.flush()
+        except (RuntimeError, ValueError):  # the main thread changed the result mid-write: it writes again
+            pass
 
     def flush(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.result, default=_jsonable))
-        tmp.replace(self.path)
+        with self._lock:
+            if self.refresh is not None:
+                self.refresh()
+            tmp = self.path.with_suffix(f".{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps(self.result, default=_jsonable))
+            tmp.replace(self.path)
+            self._written = time.monotonic()
 
 
 def _jsonable(x):
@@ -141,10 +170,13 @@ def _run_rows(req: dict, rep: Reporter, pointers: dict) -> None:
         row = Row(kind=spec["kind"], family=family.name, version=spec.get("version"))
         rows.append(row.to_json())
 
+        def refresh(row=row, at=len(rows) - 1) -> None:  # the row as it stands, when the result is written
+            rows[at] = row.to_json()
+
         def report(text: str, row=row) -> None:
             row.phase = text
-            rows[-1] = row.to_json()
             rep.phase(f"{row.label}: {text}")
+        rep.refresh = refresh
 
         t0 = time.perf_counter()
         provider = None
@@ -332,8 +364,12 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
         providers.shared_tools()
     except Exception:
         pass  # reported by the first job, in its result
-    for name in preload:
+    for name in preload:  # a module, or a library op its versions call (library_calls.warm)
         try:
+            from . import library_calls
+            if name in library_calls.names():
+                library_calls.warm([name])
+                continue
             module = importlib.import_module(name)
             if name == "torch" and module.cuda.is_available():
                 module.cuda.init()

@@ -1,0 +1,52 @@
+"""The worker's parts that need no GPU: the result file it writes as a job goes, the cases it
+opens from disk, the libraries a child started ahead loads."""
+
+import json
+import time
+
+import numpy as np
+
+from workbench.check import Case, load_case, save_case
+from workbench.family import Project
+from workbench.worker import Reporter
+
+from conftest import ROOT
+
+
+def test_phases_close_together_are_written_once_and_the_last_one_still_reaches_the_file(tmp_path):
+    path = tmp_path / "result.json"
+    rep = Reporter(str(path))
+    refreshed = []
+    rep.refresh = lambda: refreshed.append(rep.result["phase"])
+    rep.phase("check B=8 block size 32")
+    assert json.loads(path.read_text())["phase"] == "check B=8 block size 32"
+    rep.phase("check B=8 block size 64")
+    rep.phase("check B=8 block size 128")
+    assert json.loads(path.read_text())["phase"] == "check B=8 block size 32", "too soon: not written yet"
+    time.sleep(3 * Reporter.EVERY)  # a launch that hangs here: the timer writes where it hung
+    assert json.loads(path.read_text())["phase"] == "check B=8 block size 128"
+    assert refreshed == ["check B=8 block size 32", "check B=8 block size 128"]
+    rep.result["status"] = "passed"
+    rep.flush()
+    assert json.loads(path.read_text())["status"] == "passed"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"], "no temporary file left behind"
+
+
+def test_a_case_from_disk_opens_an_array_only_when_it_is_read(tmp_path):
+    case = Case({"N": 3}, 7, {"inp": np.arange(3, dtype=np.float32)}, {"out": np.ones(3)})
+    save_case(case, tmp_path)
+    got = load_case(tmp_path)
+    assert (got.sizes, got.seed, list(got.inputs), list(got.expected)) == ({"N": 3}, 7, ["inp"], ["out"])
+    assert "out" in got.expected and "inp" not in got.expected
+    assert got.inputs._open == {} and got.expected._open == {}, "nothing read yet"
+    assert got.inputs["inp"].tolist() == [0, 1, 2] and got.expected["out"].dtype == np.float32
+    assert list(got.inputs._open) == ["inp"]
+
+
+def test_every_library_op_names_what_a_waiting_child_loads_and_versions_say_which_they_call():
+    from workbench import library_calls
+    assert set(library_calls._NEEDS) == set(library_calls.names())
+    project = Project(ROOT)
+    ops = {op for f in project.families() for v in f.versions for op in v.library_ops}
+    assert ops and ops <= set(library_calls.names())
+    assert project.family("layernorm_forward").version(4).library_ops == []
