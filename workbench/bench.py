@@ -95,11 +95,11 @@ class Session:
     def __exit__(self, *exc):  # the end of a command: nothing is timed after it
         self.close(wait=False)
 
-    def head_start(self, family: Family, sizes: dict[str, int] | None = None, precision: str = "fp32") -> None:
-        """Start what a one-version command waits for: the version's child, and the baselines'
-        (importing torch) unless their rows are kept; both overlap the parent's references."""
-        self.children.versions()
-        if self.options.time and self.options.torch and not self.kept.get(family, sizes or self.sizes_for(family), precision):
+    def head_start(self, family: Family, sizes: dict[str, int] | None = None, precision: str = "fp32", ops=()) -> None:
+        """Start what a one-version command waits for: the version's child (loading the libraries
+        of `ops`) and the baselines' (torch) unless kept; both overlap the parent's references."""
+        self.children.versions(ops)
+        if self.options.time and self.options.torch and not self.kept.known(family, sizes or self.sizes_for(family), precision):
             self.children.baselines()
 
     # -- the device -----------------------------------------------------------------------
@@ -258,8 +258,8 @@ class Session:
             self.children.baselines()
         if self.options.stage:
             self.staging.server()
-        self.store.prepare(groups)
-        self.children.versions()  # the first versions' children start now, not when they are needed
+        self.store.prepare(groups)  # then the first versions' children, not when they are needed:
+        self.children.versions([op for f, _ in groups for v in f.versions for op in v.library_ops])
         self.ledger.spent("starting children", t0)
 
     def _stamp(self, run: BenchRun, started: float) -> None:

@@ -25,10 +25,13 @@ class Children:
         self._baselines: Server | None = None  # the baselines' long-lived child
         self._versions: Server | None = None   # a fresh child per version, Options.ahead of them started ahead
 
-    def versions(self) -> Server:
-        """Children for the versions, a fresh one per version, Options.ahead of them started ahead."""
+    def versions(self, ops=()) -> Server:
+        """Children for the versions, a fresh one per version, Options.ahead of them started ahead.
+        `ops`, on first use: the library calls the session's versions make (Version.library_ops);
+        each child imports their libraries and creates their handles while it waits for its job."""
         if self._versions is None:
-            self._versions = Server(jobs_per_child=1, standby=self.options.ahead, linger=LINGER).start()
+            self._versions = Server(jobs_per_child=1, standby=self.options.ahead, linger=LINGER,
+                                    preload=tuple(sorted(set(ops)))).start()
         return self._versions
 
     def baselines(self) -> Server:

@@ -208,6 +208,11 @@ class Version:
     def kernels(self) -> list[str]:
         return sorted({s.name for s in self.steps if s.kind == "kernel"})
 
+    @property
+    def library_ops(self) -> list[str]:
+        """The library calls its steps name (library_calls.py: gemm, gemm_lt, sdpa_cudnn, ...)."""
+        return sorted({s.name for s in self.steps if s.kind == "library"})
+
     def unlisted_block_sizes(self, block_sizes) -> str | None:
         """Why these block sizes cannot be used (some are not in the header's list), or None."""
         bad = [b for b in block_sizes if b not in self.block_sizes]

@@ -171,7 +171,7 @@ def _begin(session, status, v, sizes: dict | None):
     baselines', unless kept) started at once, the device read; the run's record."""
     session.progress = lambda text: status.update(escape(text))
     session.compiles.start_ahead([v])  # first: the head start may probe the device
-    session.head_start(v.family, sizes, v.precision)
+    session.head_start(v.family, sizes, v.precision, v.library_ops)
     return session.new_run()
 
 
