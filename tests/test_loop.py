@@ -315,3 +315,22 @@ def test_start_ahead_compiles_for_the_kept_probes_arch_and_asks_the_driver_witho
     monkeypatch.setattr(device, "cached_probe", lambda identity: None)
     Compiles(Ledger(), lambda text: None).start_ahead([v])
     assert {j[1] for j in pools[0].jobs} == {"sm_86"} and {j[1] for j in pools[1].jobs} == {None}
+
+
+def test_kept_baselines_are_not_looked_up_on_a_machine_never_probed(tmp_path, monkeypatch):
+    """run starts the baselines' child before the probe on a fresh machine: `known` answers
+    without asking for the device, where asking would probe it first."""
+    family = Project(ROOT).family("layernorm_forward")
+    sizes = family.parse_sizes(None)
+    asked = []
+    dev = {"name": "H100", "pci": "0000:19:00.0", "driver_version": "580"}
+    kept = KeptBaselines(Options(kept_baselines=True), lambda: asked.append(1) or dev, BaselineCache(tmp_path))
+    kept.put(family, sizes, "fp32", [torch_row()])
+    asked.clear()
+    monkeypatch.setattr(device, "host_identity", lambda: "machine A")
+    monkeypatch.setattr(device, "cached_probe", lambda identity: None)
+    assert kept.known(family, sizes, "fp32") is False and asked == []
+    monkeypatch.setattr(device, "cached_probe", lambda identity: {"device": dev})
+    assert kept.known(family, sizes, "fp32") is True and asked
+    assert kept.known(family, {**sizes, "B": 4}, "fp32") is False
+    assert KeptBaselines(Options(), lambda: dev, BaselineCache(tmp_path)).known(family, sizes, "fp32") is False
