@@ -39,3 +39,18 @@ def test_the_interval_travels_through_json_and_old_files_read_without_it():
     assert back.ci == t.ci and back.median_us == t.median_us
     old = {"median_us": 1.0, "p20_us": 0.9, "p80_us": 1.1, "reps": 20, "noise": 0.2}
     assert Timing.from_json(old).ci is None
+
+
+class _Stream:
+    def synchronize(self):
+        pass
+
+
+def test_a_slow_launch_gets_one_warm_up_after_the_first_and_a_fast_one_all_of_them():
+    import time
+    from workbench.timing import SLOW_S, _warm_up
+    for seconds, launches in ((SLOW_S * 1.5, 2), (0.0, 3)):
+        ran = []
+        per_launch = _warm_up(lambda s: (ran.append(1), time.sleep(seconds)), lambda s: None, _Stream(), warmup=3)
+        assert len(ran) == launches
+        assert (per_launch >= SLOW_S) == (seconds > 0)

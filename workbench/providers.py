@@ -537,7 +537,7 @@ class _RowSteps:
             self.report("time" + (f" block size {config}" if config is not None else ""))
             raw[config] = self._measure(bufs, timed, config, flush, carried.setdefault(config, {}),
                                         budget_s=budget * SCREEN_FRACTION if screen else budget,
-                                        min_reps=9 if screen else 15,
+                                        min_reps=9 if screen else 15, fewest=3 if screen else 5,
                                         precision=SCREEN_PRECISION if screen else PRECISION)
         if screen:
             best = min(t.median_us for t in raw.values())

@@ -44,6 +44,7 @@ COPY_BYTES = 1 << 30  # 1 GiB each way: far beyond any L2
 
 
 PRECISION = 0.01  # stop once the median is known to +-1% (95% confidence), or the budget is spent
+SLOW_S = 0.005    # a launch this long gets one warm-up and fewer samples (see measure)
 
 
 def median_ci(sorted_us: np.ndarray) -> float:
@@ -134,10 +135,28 @@ class Busy:
         self.fn.prepared_async_call((1, 1, 1), (1, 1, 1), stream, self.ns)
 
 
+def _warm_up(launch, before, stream, warmup: int) -> float:
+    """`warmup` launches (one after the first when that is slow); the seconds of the second."""
+    before(stream)
+    launch(stream)  # the first launch may load modules or libraries: not timed at all
+    stream.synchronize()
+    t0 = time.perf_counter()
+    before(stream)
+    launch(stream)
+    stream.synchronize()
+    per_launch = time.perf_counter() - t0
+    if per_launch < SLOW_S:
+        for _ in range(warmup - 2):
+            before(stream)
+            launch(stream)
+        stream.synchronize()
+    return per_launch
+
+
 def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
             budget_s: float = 0.4, min_reps: int = 15, max_reps: int = 400,
             precision: float = PRECISION, warmup: int = 3, batch: int = 8,
-            carry: dict | None = None) -> Timing:
+            carry: dict | None = None, fewest: int = 5) -> Timing:
     """Median time of `launch(stream)` in microseconds.
 
     `carry`: a dict this call keeps its samples in; given the same dict again (the same launch,
@@ -148,22 +167,16 @@ def measure(launch: Callable[[object], None], stream, flush: L2Flush | None, *,
     to back; the sample is their difference, so drift between them cancels. A launch too short to
     resolve that way (median difference not above zero) is timed flushed but undrained instead,
     and says so (`drained` False). Without a flush, a busy-wait kernel runs before each launch so
-    host launch latency stays hidden, and the launch runs warm."""
+    host launch latency stays hidden, and the launch runs warm.
+
+    A slow launch (over SLOW_S: a naive matmul, tens of ms) is steady: one warm-up after the first
+    launch, and a few samples within the budget say as much as fifteen, which would take seconds
+    each; never fewer than `fewest` (5; a screening, which only ranks, asks for 3)."""
     import pycuda.driver as drv
     before = flush or Busy()
-    before(stream)
-    launch(stream)  # the first launch may load modules or libraries: not timed at all
-    stream.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(max(1, warmup - 1)):
-        before(stream)
-        launch(stream)
-    stream.synchronize()
-    # A slow launch (a naive matmul: tens of ms) is steady: a few samples within the budget say
-    # as much as fifteen, which would take seconds each. Never fewer than five.
-    per_launch = (time.perf_counter() - t0) / max(1, warmup - 1)
+    per_launch = _warm_up(launch, before, stream, warmup)
     if per_launch * min_reps > budget_s:
-        min_reps = max(5, min(min_reps, int(budget_s / per_launch)))
+        min_reps = max(fewest, min(min_reps, int(budget_s / per_launch)))
         batch = min(batch, min_reps)
     events = [(drv.Event(), drv.Event()) for _ in range(2 * batch)]
 
