@@ -211,7 +211,7 @@ def test_a_rows_job_travels_typed_and_every_field_is_said(tmp_path, monkeypatch)
     project = Project(ROOT)
     family = project.family("layernorm_forward")
     session = Session(project, Options(budget=0.7, flush=False))
-    session._device = {"device": {"name": "H100"}, "ceiling": {"gbps": 3000.0}, "peaks": {}}
+    session._probe._answer = {"device": {"name": "H100"}, "ceiling": {"gbps": 3000.0}, "peaks": {}}
     req = json.loads(json.dumps(session.request(family, family.parse_sizes(None), "fp32")))
     job = RowJob.from_request(req)
     assert (job.budget, job.flush, job.time, job.screen, job.ceiling_gbps) == (0.7, False, True, True, 3000.0)
@@ -334,3 +334,36 @@ def test_kept_baselines_are_not_looked_up_on_a_machine_never_probed(tmp_path, mo
     assert kept.known(family, sizes, "fp32") is True and asked
     assert kept.known(family, {**sizes, "B": 4}, "fp32") is False
     assert KeptBaselines(Options(), lambda: dev, BaselineCache(tmp_path)).known(family, sizes, "fp32") is False
+
+
+def test_a_probe_started_early_runs_beside_the_caller_and_its_error_comes_where_the_device_is_asked(monkeypatch):
+    import threading
+    from workbench.errors import NoGPU
+    gate, calls = threading.Event(), []
+
+    def probe(root, refresh, timeout, progress):
+        calls.append(refresh)
+        gate.wait(10)
+        if len(calls) == 1:
+            raise NoGPU("no usable CUDA device")
+        return {"device": {"name": "H100"}}
+    monkeypatch.setattr(device, "probe_device", probe)
+    monkeypatch.setattr(device, "host_identity", lambda: "machine A")
+    monkeypatch.setattr(device, "cached_probe", lambda identity: None)
+    p = device.Probe(ROOT, 60.0, lambda text: None)
+    p.start()
+    p.start()  # once
+    for _ in range(500):
+        if calls:
+            break
+        time.sleep(0.01)
+    assert calls == [False], "the probe runs while the caller goes on"
+    gate.set()
+    with pytest.raises(NoGPU):
+        p.get()
+    assert p.get() == {"device": {"name": "H100"}} and calls == [False, False]
+    assert p.get() is p.get() and len(calls) == 2, "asked once"
+    monkeypatch.setattr(device, "cached_probe", lambda identity: {"device": {"name": "H100"}})
+    kept = device.Probe(ROOT, 60.0, lambda text: None)
+    kept.start()
+    assert kept._thread is None, "a machine with a kept probe needs no thread: get reads it"

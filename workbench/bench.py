@@ -45,7 +45,7 @@ from .baselines import KeptBaselines, baseline_specs  # noqa: F401  (baseline_sp
 from .cases import CASE_BUDGET_MIN, CASE_BUDGET_SHARE, CaseStore, build_cases, estimated_case_bytes  # noqa: F401
 from .children import LINGER, Children  # noqa: F401
 from .compiles import Compiles
-from .device import probe_device, require_pycuda  # noqa: F401  (the CLI imports them from here)
+from .device import Probe, probe_device, require_pycuda  # noqa: F401  (the CLI imports them from here)
 from .errors import SizesError, UsageError
 from .family import PROJECT_ROOT, Family, Project, Version
 from .ledger import Ledger, hand_offs  # noqa: F401
@@ -74,7 +74,7 @@ class Session:
         self.compiles = Compiles(self.ledger, self._say)
         self.children = Children(self.options, self.ledger)
         self.kept = KeptBaselines(self.options, lambda: self.device()["device"])
-        self._device: dict | None = None
+        self._probe = Probe(self.project.root, self.options.timeout, self._say)
         self.staging_misses = self.staging.misses  # versions whose child could not open the staged cases
 
     def _say(self, text: str) -> None:  # the parts' progress: whatever self.progress is by then
@@ -96,9 +96,9 @@ class Session:
         self.close(wait=False)
 
     def head_start(self, family: Family, sizes: dict[str, int] | None = None, precision: str = "fp32", ops=()) -> None:
-        """Start what a one-version command waits for: the version's child (loading the libraries
-        of `ops`) and the baselines' (torch) unless kept; both overlap the parent's references."""
+        """Start the version's child (loading `ops`' libraries) and, unless kept, the baselines' (torch)."""
         self.children.versions(ops)
+        self._probe.start()  # on a machine never probed: beside the references
         if self.options.time and self.options.torch and not self.kept.known(family, sizes or self.sizes_for(family), precision):
             self.children.baselines()
 
@@ -106,9 +106,7 @@ class Session:
     def device(self, refresh: bool = False) -> dict:
         """{"device": ..., "ceiling": ..., "peaks": ...}; NoGPU when there is no usable GPU.
         refresh: measure the copy ceiling again instead of reading the cache."""
-        if self._device is None or refresh:
-            self._device = probe_device(self.project.root, refresh, self.options.timeout, self.progress)
-        return self._device
+        return self._probe.get(refresh)
 
     def new_run(self) -> BenchRun:
         dev = self.device()
@@ -146,9 +144,9 @@ class Session:
             return row
         if why := version.unlisted_block_sizes(self.options.block_sizes or ()):
             raise SizesError(why)
+        cases = self.store.cases(family, sizes, version.precision, extra_sizes)  # before the device is asked for
         req = {**self.request(family, sizes, version.precision),
-               "providers": [{"kind": "version", "version": version.number}],
-               "cases": self.store.cases(family, sizes, version.precision, extra_sizes)}
+               "providers": [{"kind": "version", "version": version.number}], "cases": cases}
         staged = self.staging.share(family, version.precision, req["cases"])
         if staged:
             req["staged"] = staged
@@ -200,7 +198,8 @@ class Session:
         sizes = self.sizes_for(family)
         result = FamilyResult(family.name, family.title, sizes, family.bytes_moved(sizes, precision),
                               family.flops_done(sizes), precision)
-        for version in versions or [v for v in family.versions if v.precision == precision]:
+        versions = self.children.expect(versions or [v for v in family.versions if v.precision == precision])
+        for version in versions:
             row = self.run_version(version, sizes)
             result.versions.append(row)
             if on_row:
@@ -259,7 +258,7 @@ class Session:
         if self.options.stage:
             self.staging.server()
         self.store.prepare(groups)  # then the first versions' children, not when they are needed:
-        self.children.versions([op for f, _ in groups for v in f.versions for op in v.library_ops])
+        self.children.versions([op for f, p in groups[:1] for v in f.versions if v.precision == p for op in v.library_ops])
         self.ledger.spent("starting children", t0)
 
     def _stamp(self, run: BenchRun, started: float) -> None:

@@ -34,6 +34,14 @@ class Children:
                                     preload=tuple(sorted(set(ops)))).start()
         return self._versions
 
+    def expect(self, versions: list) -> list:
+        """The versions coming next (returned): children started from now on load the libraries
+        they call while they wait (loading them in every child made each start ~1 s slower than
+        the versions it waited for)."""
+        if self._versions is not None:
+            self._versions.preload = tuple(sorted({op for v in versions for op in v.library_ops}))
+        return versions
+
     def baselines(self) -> Server:
         """The baselines' long-lived child, started on first use; torch is imported as it starts
         (when the session times against torch), so that cost overlaps the caller's next work."""

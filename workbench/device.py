@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import threading
 from pathlib import Path
 
 from .compile import CACHE_DIR
@@ -101,6 +102,40 @@ def probe_device(root: Path, refresh: bool, timeout: float, progress: Progress) 
     answer = {"device": res["device"], "ceiling": res["ceiling"], "peaks": res.get("peaks") or {}}
     keep_probe(identity, answer)
     return answer
+
+
+class Probe:
+    """The device for a session: probe_device, asked once; on a machine with no kept probe it
+    can start early (start) in a thread, so the probe's child (~2 s) overlaps the parent's own
+    work (the references), and `get` waits for it. An error it met is raised by `get`."""
+
+    def __init__(self, root: Path, timeout: float, progress: Progress):
+        self.root, self.timeout, self.progress = root, timeout, progress
+        self._thread: threading.Thread | None = None
+        self._answer: dict | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._thread is None and self._answer is None and cached_probe(host_identity()) is None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._answer = probe_device(self.root, False, self.timeout, self.progress)
+        except BaseException as e:  # raised where the device is asked for
+            self._error = e
+
+    def get(self, refresh: bool = False) -> dict:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+        if self._answer is None or refresh:
+            self._answer = probe_device(self.root, refresh, self.timeout, self.progress)
+        return self._answer
 
 
 def require_pycuda() -> None:

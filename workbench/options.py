@@ -26,9 +26,10 @@ class Options:
     screen: bool = True                 # time every block size briefly, the front-runners fully
     stage: bool = True                  # upload each family's cases once, shared by its versions (staging.py)
     # Version children started ahead of their jobs (children.py): a child's start (interpreter,
-    # imports, CUDA context) takes about as long as a typical version's check and timing, so one
-    # started ahead still kept the GPU waiting in a bench. `run` starts its one child at once.
-    ahead: int = 2
+    # imports, CUDA context, ~1 s) takes longer than a typical version's check and timing (~0.5 s
+    # on the H100), so two started ahead still kept the GPU waiting in a bench (50 s of 190).
+    # `run` starts its one child at once.
+    ahead: int = 3
     kept_baselines: bool = False        # reuse a day-old torch/copy row (baselines.py): `run`, not `bench`
 
     def sizes_for(self, family: Family) -> dict[str, int]:

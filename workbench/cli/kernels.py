@@ -166,21 +166,22 @@ def run(project: Project, family, version, block_sizes, sweep, plot_path, json_p
         _run_once(project, v, opts, sizes, json_path)
 
 
-def _begin(session, status, v, sizes: dict | None):
-    """A one-version session's start: progress on the status line, the version's child (and the
-    baselines', unless kept) started at once, the device read; the run's record."""
+def _begin(session, status, v, sizes: dict | None) -> None:
+    """A one-version session's start: progress on the status line, the version's compile, its
+    child (and the baselines', unless kept) and, on a machine never probed, the probe, started at
+    once (session.new_run, the run's record, waits for the probe)."""
     session.progress = lambda text: status.update(escape(text))
     session.compiles.start_ahead([v])  # first: the head start may probe the device
     session.head_start(v.family, sizes, v.precision, v.library_ops)
-    return session.new_run()
 
 
 def _run_once(project: Project, v, opts: Options, sizes: dict, json_path) -> None:
     from ..bench import Session
     from ..results import FamilyResult, save
     with Session(project, opts) as session, err_console.status("starting") as status:
-        run_ = _begin(session, status, v, sizes)
-        row = session.run_version(v)
+        _begin(session, status, v, sizes)
+        row = session.run_version(v)  # its references beside the probe, on a machine never probed
+        run_ = session.new_run()
         torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision) if row.passed else (None, None)
     console.print(report.run_report(row, run_.meta, torch, copy))
     if json_path:
@@ -196,7 +197,8 @@ def _run_sweep(project: Project, v, opts: Options, axis: str, values, plot_path,
     from ..plot import plot_sweep, sweep_point
     from ..results import write_json
     with Session(project, opts) as session, err_console.status("starting") as status:
-        run_ = _begin(session, status, v, None)
+        _begin(session, status, v, None)
+        run_ = session.new_run()
         points = session.sweep(v, axis, values)
     console.print(report.sweep_table(v, axis, points))
     data = {"family": v.family.name, "version": v.number, "axis": axis, "device": run_.device, "ceiling": run_.ceiling,
@@ -219,7 +221,8 @@ def _run_watch(project: Project, v, opts: Options, sizes: dict) -> None:
     prev = torch = copy = None
     with Session(project, opts) as session:
         with err_console.status("starting") as status:
-            run_ = _begin(session, status, v, sizes)
+            _begin(session, status, v, sizes)
+            run_ = session.new_run()
         since, changed, t_save = stamp(v.path), [], None
         try:
             while True:
