@@ -38,10 +38,7 @@ def test_the_references_computed_in_the_background_pool_equal_the_same_cases_mad
     family = project.family("scale")
     with Session(project, Options(seeds=2, time=False, stage=False)) as session:
         session.store.prepare([(family, "fp32")])
-        key, plan = session.store.plan(family, session.sizes_for(family), "fp32")
-        assert len(session.store._pending[key]) == len(plan), "a task per case: a family's cases side by side"
         paths = session.store.cases(family, session.sizes_for(family))
-        assert [load_case(p).sizes for p in paths] == [s for s, _ in plan], "in the plan's order, timed first"
         # its workers come from a fork server: no copy of this process's threads or pipes
         assert session.store._pool._mp_context.get_start_method() == "forkserver"
         assert len(paths) >= 3

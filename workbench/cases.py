@@ -38,7 +38,7 @@ class CaseStore:
         self.root, self.options, self.ledger, self.progress, self.staged = root, options, ledger, progress, staged
         self.folder = Path(tempfile.mkdtemp(prefix="workbench-cases-"))
         self._cases: dict[tuple, list[str]] = {}
-        self._pending: dict[tuple, list[Future]] = {}  # cases being computed in the background, one task each
+        self._pending: dict[tuple, Future] = {}   # cases being computed in the background
         self._queued: list[tuple] = []             # (key, family, precision, plan, folder) not yet started
         self._case_bytes: dict[tuple, int] = {}    # estimated disk bytes of each queued or started group's cases
         # How far the references may run ahead of the GPU, in bytes of case files on disk: every
@@ -77,7 +77,7 @@ class CaseStore:
                 break
         if key in self._pending:
             self.progress(f"{family.name}: waiting for its reference cases")
-            self._cases[key] = [path for task in self._pending.pop(key) for path in task.result()]
+            self._cases[key] = self._pending.pop(key).result()
         if key not in self._cases:
             self.progress(f"{family.name}: computing the reference at {len(plan)} size sets x seeds")
             folder = self.folder / f"{family.name}-{precision}-{len(self._cases)}"
@@ -94,9 +94,7 @@ class CaseStore:
             # Torch baselines launch several kernels from Python: with the references at full priority
             # on 8 cores, 1-2 of them a bench --all on the H100 timed 2-3x slow (p80/p20 2-3.4), all in its
             # first half, while the references were being computed
-            # 12 of the H100 host's 16 cores: once the versions ran ~0.5 s each, a bench waited 35 s
-            # of 184 for the references with 8.
-            self._pool = niced_pool(min(12, max(2, (os.cpu_count() or 1) - 4)), 5)
+            self._pool = niced_pool(min(8, os.cpu_count() or 1), 5)
         queued = {q[0] for q in self._queued}
         for i, (family, precision) in enumerate(groups):
             key, plan = self.plan(family, self.options.sizes_for(family), precision)
@@ -118,10 +116,8 @@ class CaseStore:
             if not (force or not self._pending or self.held_bytes() + self._case_bytes[key] <= self.budget):
                 return
             self._queued.pop(0)
-            # A task per case, not per family: a family's cases are computed side by side, so the
-            # GPU, now faster than one worker's references, waits less for a large family's.
-            self._pending[key] = [self._pool.submit(build_cases, str(self.root), family.name, precision,
-                                                    [entry], folder, i) for i, entry in enumerate(plan)]
+            self._pending[key] = self._pool.submit(build_cases, str(self.root), family.name, precision,
+                                                   plan, folder)
             force = False
 
     def drop(self, family: Family) -> None:
@@ -155,11 +151,11 @@ class CaseStore:
         left = list(groups)
         while left:
             keys = {id(g): self.plan(g[0], self.options.sizes_for(g[0]), g[1])[0] for g in left}
-            futures = {id(g): self._pending.get(keys[id(g)]) or [] for g in left}
+            futures = {id(g): self._pending.get(keys[id(g)]) for g in left}
             queued = {q[0] for q in self._queued}
-            ready = [g for g in left if keys[id(g)] not in queued and all(f.done() for f in futures[id(g)])]
+            ready = [g for g in left if keys[id(g)] not in queued and (futures[id(g)] is None or futures[id(g)].done())]
             if not ready:
-                under_way = [f for tasks in futures.values() for f in tasks if not f.done()]
+                under_way = [f for f in futures.values() if f is not None]
                 if not under_way:  # all that is left waits for room that only its own start can make
                     self._top_up(force=True)
                     continue
@@ -200,12 +196,11 @@ def estimated_case_bytes(family: Family, precision: str, plan) -> int:
     return total
 
 
-def build_cases(root: str, family_name: str, precision: str, plan, folder: str, first: int = 0) -> list[str]:
-    """Draw inputs and run the reference for each (sizes, seed); save them for the workers
-    (numbered from `first` in the folder)."""
+def build_cases(root: str, family_name: str, precision: str, plan, folder: str) -> list[str]:
+    """Draw inputs and run the reference for each (sizes, seed); save them for the workers."""
     family = Project(root).family(family_name)
     paths = []
-    for i, (sizes, seed) in enumerate(plan, start=first):
+    for i, (sizes, seed) in enumerate(plan):
         path = f"{folder}/{i}"
         save_case(make_case(family, sizes, seed, precision), path)
         paths.append(path)
