@@ -338,3 +338,32 @@ def test_the_bf16_torch_expressions_run_on_the_cpu():
             # single-rounding ops are held to the tolerance here; the GPU runs check the rest.
             if name in exact:
                 assert passes(case.expected[out], value, *fam.tolerance(arg, "bf16")), (name, out)
+
+
+def test_storing_bf16_rounds_half_to_even_bit_for_bit_as_one_value_at_a_time_does():
+    """to_storage works in place on whole arrays; this is the rounding written out for one value
+    at a time (half to even on the 16 bits dropped; NaN stays a quiet NaN), over every 4099th
+    float32 bit pattern, the ties, the largest finite values and float64 input."""
+    import struct
+
+    from workbench.check import from_storage, to_storage
+
+    def one(x: float) -> int:
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+        if x != x:
+            return 0x7FC0
+        low, high = bits & 0xFFFF, bits >> 16
+        if low > 0x8000 or (low == 0x8000 and high & 1):
+            high += 1
+        return high & 0xFFFF
+
+    patterns = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    ties = np.array([1.00390625, 1.01171875, 1.0078125, -1.00390625, 3.4028235e38, -3.4028235e38, 0.0, -0.0,
+                     1e-45, np.inf, -np.inf, np.nan], dtype=np.float32)
+    for values in (patterns[::97], ties):
+        assert to_storage(values, "bf16").tolist() == [one(float(v)) for v in values]
+    wide = np.linspace(-3, 3, 1001)  # float64 in: the float32 value rounded
+    assert np.array_equal(to_storage(wide, "bf16"), to_storage(wide.astype(np.float32), "bf16"))
+    stored = to_storage(patterns, "bf16")
+    back = from_storage(stored, "bf16")
+    assert back.dtype == np.float32 and np.array_equal(to_storage(back, "bf16"), stored), "a stored value is exact"
