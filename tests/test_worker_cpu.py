@@ -50,3 +50,35 @@ def test_every_library_op_names_what_a_waiting_child_loads_and_versions_say_whic
     ops = {op for f in project.families() for v in f.versions for op in v.library_ops}
     assert ops and ops <= set(library_calls.names())
     assert project.family("layernorm_forward").version(4).library_ops == []
+
+
+def test_a_cudnn_attention_step_runs_its_shapes_graph_on_its_own_pointers(monkeypatch):
+    """The graph is built once per shape (cached); each step made from it carries its own
+    pointers, and runs on the stream it is given."""
+    import sys
+    import types
+
+    from workbench import library_calls
+    calls = []
+    fake = types.SimpleNamespace(set_stream=lambda handle, stream: calls.append(("stream", handle, stream)))
+    monkeypatch.setitem(sys.modules, "cudnn", fake)
+    monkeypatch.setattr(library_calls, "cudnn_handle", lambda: "handle")
+
+    class Graph:
+        def execute(self, pack, workspace, handle):
+            calls.append(("execute", dict(pack), workspace, handle))
+    built = {}
+
+    def graph(*shape):
+        if shape not in built:
+            built[shape] = (Graph(), ("q", "k", "v", "o", "dO", "stats", "dq", "dk", "dv"), 4096)
+        return built[shape]
+    monkeypatch.setattr(library_calls, "_sdpa_backward_graph", graph)
+    one = library_calls.sdpa_backward_cudnn(*range(1, 10), B=2, T=8, NH=2, HS=4)
+    two = library_calls.sdpa_backward_cudnn(*range(11, 20), B=2, T=8, NH=2, HS=4)
+    assert len(built) == 1
+    one(types.SimpleNamespace(handle=7))
+    two(None)
+    assert calls[0] == ("stream", "handle", 7) and calls[2] == ("stream", "handle", 0)
+    assert calls[1] == ("execute", dict(zip(built[(2, 8, 2, 4, 0.5, False)][1], range(1, 10))), 4096, "handle")
+    assert calls[3][1] == dict(zip(built[(2, 8, 2, 4, 0.5, False)][1], range(11, 20)))

@@ -257,9 +257,18 @@ def sdpa_cudnn(q, k, v, out, lse, B, T, NH, HS, scale=0.0):
     (B, NH, T), is the natural-log log-sum-exp of each row's scaled scores (the backward's input).
     scale 0 means 1/sqrt(HS)."""
     B, T, NH, HS = int(B), int(T), int(NH), int(HS)
-    g, tensors, workspace = _sdpa_forward_graph(B, T, NH, HS, float(scale) or 1.0 / math.sqrt(HS))
+    return _cudnn_call(_sdpa_forward_graph(B, T, NH, HS, float(scale) or 1.0 / math.sqrt(HS)), (q, k, v, out, lse))
+
+
+# A cuDNN graph is built once per shape in a process (~0.14 s each on the H100: a version checked at
+# 21 cases has 7 shapes), then executed on whatever pointers a call brings. Calls on one stream may
+# share its workspace: they run one after another.
+def _cudnn_call(built, pointers):
+    """A launch step running a graph built for its shape, (graph, its tensors, workspace), on
+    `pointers`, one per tensor in order."""
+    g, tensors, workspace = built
     handle = cudnn_handle()
-    pack = dict(zip(tensors, (int(q), int(k), int(v), int(out), int(lse))))
+    pack = dict(zip(tensors, (int(p) for p in pointers)))
 
     def call(stream):
         import cudnn
@@ -269,9 +278,6 @@ def sdpa_cudnn(q, k, v, out, lse, B, T, NH, HS, scale=0.0):
     return call
 
 
-# A cuDNN graph is built once per shape in a process (~0.14 s each on the H100: a version checked at
-# 21 cases has 7 shapes), then executed on whatever pointers a call brings. Calls on one stream may
-# share its workspace: they run one after another.
 @lru_cache(maxsize=None)
 def _sdpa_forward_graph(B, T, NH, HS, scale):
     import cudnn
@@ -291,16 +297,8 @@ def sdpa_backward_cudnn(q, k, v, out, dout, lse, dq, dk, dv, B, T, NH, HS, scale
     """Causal attention backward by cuDNN: dq, dk, dv (into a packed bf16 dqkv, like q, k, v) from
     dout and the forward's out and lse (see sdpa_cudnn)."""
     B, T, NH, HS = int(B), int(T), int(NH), int(HS)
-    g, tensors, workspace = _sdpa_backward_graph(B, T, NH, HS, float(scale) or 1.0 / math.sqrt(HS), bool(deterministic))
-    handle = cudnn_handle()
-    pack = dict(zip(tensors, (int(q), int(k), int(v), int(out), int(dout), int(lse), int(dq), int(dk), int(dv))))
-
-    def call(stream):
-        import cudnn
-        cudnn.set_stream(handle=handle, stream=_stream_handle(stream))
-        g.execute(pack, int(workspace), handle=handle)
-    call.keep = (g, workspace)  # type: ignore[attr-defined]
-    return call
+    built = _sdpa_backward_graph(B, T, NH, HS, float(scale) or 1.0 / math.sqrt(HS), bool(deterministic))
+    return _cudnn_call(built, (q, k, v, out, dout, lse, dq, dk, dv))
 
 
 @lru_cache(maxsize=None)
