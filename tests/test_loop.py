@@ -348,6 +348,7 @@ def test_a_probe_started_early_runs_beside_the_caller_and_its_error_comes_where_
             raise NoGPU("no usable CUDA device")
         return {"device": {"name": "H100"}}
     monkeypatch.setattr(device, "probe_device", probe)
+    monkeypatch.setattr(device, "require_pycuda", lambda: None)
     monkeypatch.setattr(device, "host_identity", lambda: "machine A")
     monkeypatch.setattr(device, "cached_probe", lambda identity: None)
     p = device.Probe(ROOT, 60.0, lambda text: None)
@@ -367,3 +368,23 @@ def test_a_probe_started_early_runs_beside_the_caller_and_its_error_comes_where_
     kept = device.Probe(ROOT, 60.0, lambda text: None)
     kept.start()
     assert kept._thread is None, "a machine with a kept probe needs no thread: get reads it"
+
+
+def test_run_without_pycuda_says_so_before_computing_any_reference(monkeypatch):
+    """The probe starts in a thread, but a machine without PyCUDA is told at once: no reference
+    is computed first (the session's first cases come after head_start)."""
+    from workbench.bench import Options as O, Session
+    from workbench.errors import NoGPU
+    monkeypatch.setattr(device.importlib.util, "find_spec", lambda name: None if name == "pycuda" else object())
+    session = Session(Project(ROOT), O())
+    computed = []
+    monkeypatch.setattr(session.store, "cases", lambda *a, **k: computed.append(a))
+    monkeypatch.setattr(session.children, "versions", lambda ops=(): None)
+    monkeypatch.setattr(session.children, "baselines", lambda: None)
+    family = Project(ROOT).family("layernorm_forward")
+    try:
+        with pytest.raises(NoGPU, match="PyCUDA is not installed"):
+            session.head_start(family, None, "fp32")
+        assert computed == []
+    finally:
+        session.close()

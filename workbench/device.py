@@ -116,6 +116,7 @@ class Probe:
         self._error: BaseException | None = None
 
     def start(self) -> None:
+        require_pycuda()  # here, at once: a machine without it must not compute references first
         if self._thread is None and self._answer is None and cached_probe(host_identity()) is None:
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
