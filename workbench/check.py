@@ -150,21 +150,27 @@ def make_inputs(family: Family, sizes: Mapping[str, int], seed: int, precision: 
     env = family.env(sizes)
     rng = np.random.default_rng(seed)
     args = {a.name: a for a in family.args_for(precision)}
+    stored: dict[str, np.ndarray] = {}  # the bf16 inputs' bits, kept from their rounding
     inputs = {a.name: draw(a, family.shape(a, sizes), env, rng) for a in args.values() if a.is_input}
-    inputs = {k: _round(v, args[k].dtype) for k, v in inputs.items()}
+    inputs = {k: _round(v, args[k].dtype, stored, k) for k, v in inputs.items()}
     if family.prepare:
         prepare = getattr(family.reference_module, family.prepare)
         changed = _call_with(prepare, {**env, **inputs, "rng": rng})
         for name, value in changed.items():
             arg = args[name] if name in args else family.arg(name)
             wide = np.float32 if arg.dtype == "bf16" else arg.np_dtype
-            inputs[name] = _round(np.ascontiguousarray(value, dtype=wide).reshape(family.shape(arg, sizes)), arg.dtype)
-    return {k: to_storage(v, args[k].dtype) if args[k].dtype == "bf16" else v for k, v in inputs.items()}
+            inputs[name] = _round(np.ascontiguousarray(value, dtype=wide).reshape(family.shape(arg, sizes)), arg.dtype,
+                                  stored, name)
+    return {k: stored[k] if args[k].dtype == "bf16" else v for k, v in inputs.items()}
 
 
-def _round(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values rounded to what a bf16 buffer can hold (still float32)."""
-    return from_storage(to_storage(values, "bf16"), "bf16") if dtype == "bf16" else values
+def _round(values: np.ndarray, dtype: str, stored: dict, name: str) -> np.ndarray:
+    """float32 values rounded to what a bf16 buffer can hold (still float32); their bits go to
+    stored[name] (rounding them again to store them would give the same bits)."""
+    if dtype != "bf16":
+        return values
+    stored[name] = to_storage(values, "bf16")
+    return from_storage(stored[name], "bf16")
 
 
 def run_reference(family: Family, sizes: Mapping[str, int], inputs: Mapping[str, np.ndarray],
