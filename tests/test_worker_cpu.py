@@ -82,3 +82,21 @@ def test_a_cudnn_attention_step_runs_its_shapes_graph_on_its_own_pointers(monkey
     assert calls[0] == ("stream", "handle", 7) and calls[2] == ("stream", "handle", 0)
     assert calls[1] == ("execute", dict(zip(built[(2, 8, 2, 4, 0.5, False)][1], range(1, 10))), 4096, "handle")
     assert calls[3][1] == dict(zip(built[(2, 8, 2, 4, 0.5, False)][1], range(11, 20)))
+
+
+def test_doctor_says_when_every_child_would_compile_its_imports_from_source(tmp_path, monkeypatch):
+    import sys
+
+    from workbench.doctor import bytecode
+    pkg = tmp_path / "barepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert bytecode(dont_write=False, packages=("barepkg",)).ok, "Python writes them on first import"
+    bad = bytecode(dont_write=True, packages=("barepkg",))
+    assert not bad.ok and "barepkg" in bad.detail and bad.fix == f"python -m compileall -q -j 0 {tmp_path}"
+    import py_compile
+    py_compile.compile(str(pkg / "__init__.py"))
+    assert bytecode(dont_write=True, packages=("barepkg",)).ok
+    assert bytecode(dont_write=True, packages=("no_such_package_here",)).ok
+    sys.modules.pop("barepkg", None)
