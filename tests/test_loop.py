@@ -318,22 +318,35 @@ def test_start_ahead_compiles_for_the_kept_probes_arch_and_asks_the_driver_witho
 
 
 def test_kept_baselines_are_not_looked_up_on_a_machine_never_probed(tmp_path, monkeypatch):
-    """run starts the baselines' child before the probe on a fresh machine: `known` answers
-    without asking for the device, where asking would probe it first."""
+    """run starts the baselines' child before the probe on a fresh machine: head_start does not
+    look for kept rows there, where asking for the device would wait for the probe."""
+    from workbench.bench import Session
     family = Project(ROOT).family("layernorm_forward")
     sizes = family.parse_sizes(None)
     asked = []
     dev = {"name": "H100", "pci": "0000:19:00.0", "driver_version": "580"}
-    kept = KeptBaselines(Options(kept_baselines=True), lambda: asked.append(1) or dev, BaselineCache(tmp_path))
-    kept.put(family, sizes, "fp32", [torch_row()])
-    asked.clear()
+    cache = BaselineCache(tmp_path)
+    KeptBaselines(Options(kept_baselines=True), lambda: dev, cache).put(family, sizes, "fp32", [torch_row()])
+    monkeypatch.setattr(device, "require_pycuda", lambda: None)
     monkeypatch.setattr(device, "host_identity", lambda: "machine A")
-    monkeypatch.setattr(device, "cached_probe", lambda identity: None)
-    assert kept.known(family, sizes, "fp32") is False and asked == []
-    monkeypatch.setattr(device, "cached_probe", lambda identity: {"device": dev})
-    assert kept.known(family, sizes, "fp32") is True and asked
-    assert kept.known(family, {**sizes, "B": 4}, "fp32") is False
-    assert KeptBaselines(Options(), lambda: dev, BaselineCache(tmp_path)).known(family, sizes, "fp32") is False
+    monkeypatch.setattr(device, "probe_device", lambda *a: {"device": dev})
+
+    def started(options, sizes, probed):
+        monkeypatch.setattr(device, "cached_probe", lambda identity: {"device": dev} if probed else None)
+        session = Session(Project(ROOT), options)
+        session.kept = KeptBaselines(options, lambda: asked.append(1) or dev, cache)
+        baselines = []
+        monkeypatch.setattr(session.children, "versions", lambda ops=(): None)
+        monkeypatch.setattr(session.children, "baselines", lambda: baselines.append(1))
+        try:
+            session.head_start(family, sizes, "fp32")
+        finally:
+            session.close()
+        return bool(baselines)
+    assert started(Options(kept_baselines=True), sizes, probed=False) is True and asked == []
+    assert started(Options(kept_baselines=True), sizes, probed=True) is False and asked, "kept rows serve"
+    assert started(Options(kept_baselines=True), {**sizes, "B": 4}, probed=True) is True
+    assert started(Options(), sizes, probed=True) is True  # bench: never kept
 
 
 def test_a_probe_started_early_runs_beside_the_caller_and_its_error_comes_where_the_device_is_asked(monkeypatch):
@@ -352,8 +365,8 @@ def test_a_probe_started_early_runs_beside_the_caller_and_its_error_comes_where_
     monkeypatch.setattr(device, "host_identity", lambda: "machine A")
     monkeypatch.setattr(device, "cached_probe", lambda identity: None)
     p = device.Probe(ROOT, 60.0, lambda text: None)
-    p.start()
-    p.start()  # once
+    assert p.start() is True
+    assert p.start() is True  # once, still under way
     for _ in range(500):
         if calls:
             break
@@ -366,7 +379,7 @@ def test_a_probe_started_early_runs_beside_the_caller_and_its_error_comes_where_
     assert p.get() is p.get() and len(calls) == 2, "asked once"
     monkeypatch.setattr(device, "cached_probe", lambda identity: {"device": {"name": "H100"}})
     kept = device.Probe(ROOT, 60.0, lambda text: None)
-    kept.start()
+    assert kept.start() is False
     assert kept._thread is None, "a machine with a kept probe needs no thread: get reads it"
 
 

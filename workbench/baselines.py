@@ -109,15 +109,6 @@ class KeptBaselines:
             r.extra["kept_from"] = measured
         return rows
 
-    def known(self, family: Family, sizes: dict[str, int], precision: str) -> bool:
-        """Whether kept rows will serve, asked before the device is probed: never on a machine
-        with no kept probe (asking would probe it first, ~2 s, and nothing can be kept for a
-        device not yet seen), so the baselines' child starts loading torch at once."""
-        from .device import cached_probe, host_identity
-        if not self.options.kept_baselines or cached_probe(host_identity()) is None:
-            return False
-        return self.get(family, sizes, precision) is not None
-
     def put(self, family: Family, sizes: dict[str, int], precision: str, rows: list[Row]) -> None:
         if self.options.kept_baselines:
             self.cache.put(self._key(family, sizes, precision), [r.to_json() for r in rows])

@@ -98,8 +98,9 @@ class Session:
     def head_start(self, family: Family, sizes: dict[str, int] | None = None, precision: str = "fp32", ops=()) -> None:
         """Start the version's child (loading `ops`' libraries) and, unless kept, the baselines' (torch)."""
         self.children.versions(ops)
-        self._probe.start()  # on a machine never probed: beside the references
-        if self.options.time and self.options.torch and not self.kept.known(family, sizes or self.sizes_for(family), precision):
+        probing = self._probe.start()  # a machine never probed: beside the references, nothing kept for it
+        if self.options.time and self.options.torch and (
+                probing or not self.kept.get(family, sizes or self.sizes_for(family), precision)):
             self.children.baselines()
 
     # -- the device -----------------------------------------------------------------------

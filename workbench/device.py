@@ -115,11 +115,14 @@ class Probe:
         self._answer: dict | None = None
         self._error: BaseException | None = None
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start the probe in a thread on a machine never probed; True while it is under way
+        (nothing can have been kept for a device not yet seen)."""
         require_pycuda()  # here, at once: a machine without it must not compute references first
         if self._thread is None and self._answer is None and cached_probe(host_identity()) is None:
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
+        return self._thread is not None
 
     def _run(self) -> None:
         try:
