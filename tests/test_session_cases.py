@@ -131,3 +131,33 @@ def test_the_case_estimate_is_what_build_cases_writes(tmp_path):
     paths = build_cases(str(project.root), "scale", "fp32", plan, str(tmp_path / "c"))
     written = sum(np.load(p).nbytes for path in paths for p in Path(path).glob("*.npy"))
     assert estimated_case_bytes(family, "fp32", plan) == written == 2 * 4 * 1033
+
+
+def test_the_references_start_cheapest_and_dearest_alternately_so_the_dear_ones_are_not_left_last():
+    from workbench.cases import submission_order
+    assert submission_order([1, 2, 3, 4, 5, 6]) == [1, 6, 2, 5, 3, 4]
+    assert submission_order([1, 2, 3, 4, 5]) == [1, 5, 2, 4, 3]
+    assert submission_order([7]) == [7] and submission_order([]) == []
+
+
+def test_a_smaller_group_starts_past_a_larger_one_waiting_for_room_in_the_budget(tmp_path):
+    project = _project_of_scales(tmp_path, ["sa", "sb", "sc"])
+    groups = [(project.family(n), "fp32") for n in ("sa", "sb", "sc")]
+    with Session(project, Options(seeds=1, time=False, stage=False)) as session:
+        session.store.budget = 1  # only the first starts
+        session.store.prepare(groups)
+        assert [q[0][0] for q in session.store._queued] == ["sb", "sc"]
+        keys = {q[0][0]: q[0] for q in session.store._queued}
+        held = session.store.held_bytes()
+        session.store._case_bytes[keys["sb"]] = 10 * held  # sb would not fit beside sa; sc would
+        session.store._case_bytes[keys["sc"]] = held
+        session.store.budget = 2 * held
+        session.store._top_up()
+        assert [q[0][0] for q in session.store._queued] == ["sb"]
+        assert sorted(k[0] for k in session.store._pending) == ["sa", "sc"]
+        seen = []
+        for family, precision in session.store.ready_first(groups):  # sb still comes, after the room is freed
+            session.store.cases(family, session.sizes_for(family))
+            seen.append(family.name)
+            session.store.drop(family)
+        assert sorted(seen) == ["sa", "sb", "sc"] and not session.store._queued

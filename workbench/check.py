@@ -115,12 +115,27 @@ def draw(arg: Arg, shape: tuple[int, ...], env: Mapping[str, Any], rng: np.rando
                             f"(normal(mu, sigma), uniform(lo, hi), randint(lo, hi), constant(x), derived)")
     kind, params = m.group(1), m.group(2).strip()
     values = expr.evaluate(f"({params},)", env) if params else ()
+    # float32 inputs are drawn in float32 (4x faster for normal, 9x for uniform, than drawing
+    # float64 and narrowing): the draws were most of the references' time (AdamW's 124M
+    # parameters, the classifier's 823M logits).
+    single = np.dtype(np.float32 if arg.dtype == "bf16" else arg.np_dtype) == np.float32
     if kind == "normal":
         mu, sigma = (values + (0.0, 1.0)[len(values):])[:2]
-        out = rng.normal(mu, sigma, size=shape)
+        if single:
+            out = rng.standard_normal(shape, dtype=np.float32)
+            out *= np.float32(sigma)
+            out += np.float32(mu)
+        else:
+            out = rng.normal(mu, sigma, size=shape)
     elif kind == "uniform":
         lo, hi = (values + (-1.0, 1.0)[len(values):])[:2]
-        out = rng.uniform(lo, hi, size=shape)
+        if single:
+            out = rng.random(shape, dtype=np.float32)
+            out *= np.float32(hi - lo)
+            out += np.float32(lo)
+            np.minimum(out, np.nextafter(np.float32(hi), np.float32(lo)), out=out)  # [lo, hi), as uniform() is
+        else:
+            out = rng.uniform(lo, hi, size=shape)
     elif kind == "randint":
         lo, hi = values
         out = rng.integers(int(lo), int(hi), size=shape)
@@ -128,7 +143,7 @@ def draw(arg: Arg, shape: tuple[int, ...], env: Mapping[str, Any], rng: np.rando
         out = np.full(shape, values[0])
     else:
         raise ContractError(f"input {arg.name}: unknown init {kind!r}")
-    return out.astype(np.float32 if arg.dtype == "bf16" else arg.np_dtype)
+    return out.astype(np.float32 if arg.dtype == "bf16" else arg.np_dtype, copy=False)
 
 
 def _call_with(fn, available: Mapping[str, Any]):
