@@ -161,3 +161,14 @@ def test_a_smaller_group_starts_past_a_larger_one_waiting_for_room_in_the_budget
             seen.append(family.name)
             session.store.drop(family)
         assert sorted(seen) == ["sa", "sb", "sc"] and not session.store._queued
+
+
+def test_the_reference_cost_follows_the_cases_drawn_not_the_bytes_a_kernel_moves():
+    # crossentropy_forward's kernel reads one logit a row, but its cases draw B*T*V logits: rated
+    # by bytes_moved it was benched first, and the GPU waited for its references.
+    from workbench.family import PROJECT_ROOT
+    project = Project(PROJECT_ROOT)
+    with Session(project, Options(time=False, stage=False)) as session:
+        cost = {n: session.store.reference_cost((project.family(n), "fp32"))
+                for n in ("crossentropy_forward", "layernorm_forward", "adamw", "gelu_forward")}
+    assert cost["layernorm_forward"] < cost["gelu_forward"] < cost["crossentropy_forward"] < cost["adamw"]

@@ -142,11 +142,16 @@ class CaseStore:
             self._deleter.submit(shutil.rmtree, path, True)
 
     def reference_cost(self, group: tuple[Family, str]) -> float:
-        """A rough guess of the seconds a group's float64 references take: their bytes at ~1 GB/s
-        and their FLOPs at ~10 GFLOP/s (AdamW's 124M parameters, sgemm's 4096^3 product)."""
+        """A rough guess of the seconds one core takes over a group's cases: ~5 s a GB of case
+        files written (drawing the inputs and the float64 passes over them dominate: AdamW's 7 GB
+        took 35-55 s on the CPU machine) plus the FLOPs at ~20 GFLOP/s (float64 BLAS). The family's
+        own bytes_moved said nothing of what its references cost: crossentropy_forward reads
+        one logit a row (0 GB) but draws 823M of them, and it was benched first, the GPU waiting
+        for it."""
         family, precision = group
         sizes = self.options.sizes_for(family)
-        return family.bytes_moved(sizes, precision) / 1e9 + (family.flops_done(sizes) or 0) / 1e10
+        _, plan = self.plan(family, sizes, precision)
+        return estimated_case_bytes(family, precision, plan) / 2e8 + (family.flops_done(sizes) or 0) / 2e10
 
     def ready_first(self, groups: list[tuple[Family, str]]):
         """The groups in the order their reference cases become ready (bench order among the
