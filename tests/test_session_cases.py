@@ -172,3 +172,22 @@ def test_the_reference_cost_follows_the_cases_drawn_not_the_bytes_a_kernel_moves
         cost = {n: session.store.reference_cost((project.family(n), "fp32"))
                 for n in ("crossentropy_forward", "layernorm_forward", "adamw", "gelu_forward")}
     assert cost["layernorm_forward"] < cost["gelu_forward"] < cost["crossentropy_forward"] < cost["adamw"]
+
+
+def _threads_after_a_matmul() -> int:
+    import numpy as np
+    a = np.ones((300, 300))
+    a @ a
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_the_reference_workers_run_blas_on_one_thread_where_a_plain_worker_takes_every_core():
+    # 8 workers each starting a BLAS thread per core crowded the H100 host's 16 cores (50-90
+    # runnable threads) and slowed the processes driving the GPU.
+    from concurrent.futures import ProcessPoolExecutor
+    from workbench.pools import ONE_THREAD, POOL_START, niced_pool
+    with niced_pool(1, 1) as pool:
+        assert pool.submit(_threads_after_a_matmul).result(timeout=60) == 1
+    if (os.cpu_count() or 1) > 1 and not any(os.environ.get(name) for name in ONE_THREAD):
+        with ProcessPoolExecutor(1, mp_context=POOL_START) as pool:
+            assert pool.submit(_threads_after_a_matmul).result(timeout=60) > 1

@@ -14,9 +14,25 @@ from concurrent.futures import ProcessPoolExecutor
 POOL_START = multiprocessing.get_context("forkserver")
 
 
+# Each worker's BLAS and OpenMP run on one thread. By default every worker's OpenBLAS starts a
+# thread per core: the 8 reference workers' matmuls put 50-90 runnable threads on the H100 host's
+# 16 cores (vmstat during a bench --all), and the processes driving the GPU waited for a core
+# (checks, staging and the torch baselines ~20% slower than with the references idle).
+ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _start_worker(niceness: int) -> None:
+    """A pool worker's start, before its first task imports numpy (the fork server preloads
+    nothing under `python -m`): niced, one BLAS thread."""
+    os.nice(niceness)
+    for name in ONE_THREAD:
+        os.environ[name] = "1"
+
+
 def niced_pool(workers: int, niceness: int) -> ProcessPoolExecutor:
-    """A pool of `workers` processes from the fork server, each niced by `niceness` as it starts."""
-    return ProcessPoolExecutor(max_workers=workers, initializer=os.nice, initargs=(niceness,),
+    """A pool of `workers` processes from the fork server, each niced by `niceness` as it starts
+    and limited to one BLAS thread."""
+    return ProcessPoolExecutor(max_workers=workers, initializer=_start_worker, initargs=(niceness,),
                                mp_context=POOL_START)
 
 
