@@ -161,6 +161,9 @@ def test_a_smaller_group_starts_past_a_larger_one_waiting_for_room_in_the_budget
             seen.append(family.name)
             session.store.drop(family)
         assert sorted(seen) == ["sa", "sb", "sc"] and not session.store._queued
+        started, ready = (session.store.timeline[k] for k in ("references started at", "references ready at"))
+        assert set(started) == set(ready) == {"sa/fp32", "sb/fp32", "sc/fp32"}
+        assert all(started[g] <= ready[g] for g in started)
 
 
 def test_the_reference_cost_follows_the_cases_drawn_not_the_bytes_a_kernel_moves():

@@ -47,6 +47,11 @@ class CaseStore:
         self.budget = max(CASE_BUDGET_MIN, int(shutil.disk_usage(self.folder).free * CASE_BUDGET_SHARE))
         self._pool: ProcessPoolExecutor | None = None
         self._deleter: ThreadPoolExecutor | None = None  # deletes finished families' case files
+        # When each group's references started and were ready, in seconds from the store's start
+        # ("family/precision" -> s): a bench's JSON carries them (its phases), to see what the GPU
+        # waited for.
+        self._clock = time.perf_counter()
+        self.timeline: dict[str, dict[str, float]] = {"references started at": {}, "references ready at": {}}
 
     def plan(self, family: Family, sizes: dict[str, int], precision: str, extra_sizes=(), seeds=None):
         """(key, [(sizes, seed), ...]): the timed sizes first (their first seed is the one timed;
@@ -117,11 +122,18 @@ class CaseStore:
             key, family, precision, plan, folder = self._queued[i]
             if force or not self._pending or self.held_bytes() + self._case_bytes[key] <= self.budget:
                 self._queued.pop(i)
+                self.note("references started at", family, precision)
                 self._pending[key] = self._pool.submit(build_cases, str(self.root), family.name, precision,
                                                        plan, folder)
+                self._pending[key].add_done_callback(
+                    lambda _, f=family, p=precision: self.note("references ready at", f, p))
                 force = False
             else:
                 i += 1
+
+    def note(self, what: str, family: Family, precision: str) -> None:
+        """Stamp `what` for the group in the timeline."""
+        self.timeline.setdefault(what, {})[f"{family.name}/{precision}"] = round(time.perf_counter() - self._clock, 2)
 
     def drop(self, family: Family) -> None:
         """Delete a family's case files (a bench of every family would otherwise fill the disk)
