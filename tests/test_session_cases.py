@@ -133,13 +133,6 @@ def test_the_case_estimate_is_what_build_cases_writes(tmp_path):
     assert estimated_case_bytes(family, "fp32", plan) == written == 2 * 4 * 1033
 
 
-def test_the_references_start_cheapest_and_dearest_alternately_so_the_dear_ones_are_not_left_last():
-    from workbench.cases import submission_order
-    assert submission_order([1, 2, 3, 4, 5, 6]) == [1, 6, 2, 5, 3, 4]
-    assert submission_order([1, 2, 3, 4, 5]) == [1, 5, 2, 4, 3]
-    assert submission_order([7]) == [7] and submission_order([]) == []
-
-
 def test_a_smaller_group_starts_past_a_larger_one_waiting_for_room_in_the_budget(tmp_path):
     project = _project_of_scales(tmp_path, ["sa", "sb", "sc"])
     groups = [(project.family(n), "fp32") for n in ("sa", "sb", "sc")]
@@ -194,3 +187,32 @@ def test_the_reference_workers_run_blas_on_one_thread_where_a_plain_worker_takes
     if (os.cpu_count() or 1) > 1 and not any(os.environ.get(name) for name in ONE_THREAD):
         with ProcessPoolExecutor(1, mp_context=POOL_START) as pool:
             assert pool.submit(_threads_after_a_matmul).result(timeout=60) > 1
+
+
+def test_the_dear_groups_references_go_to_a_pool_of_their_own(tmp_path):
+    # In one pool the dear groups came to hold every worker at once while the GPU waited for the
+    # cheap ones queued behind them.
+    from concurrent.futures import ProcessPoolExecutor
+    from workbench.cases import DEAR_S
+    from workbench.pools import POOL_START
+
+    class Recording(ProcessPoolExecutor):
+        def __init__(self):
+            super().__init__(max_workers=1, mp_context=POOL_START)
+            self.names = []
+
+        def submit(self, fn, *args, **kwargs):
+            self.names.append(args[1])  # build_cases(root, family_name, ...)
+            return super().submit(fn, *args, **kwargs)
+
+    project = _project_of_scales(tmp_path, ["sa", "sb", "sc"])
+    groups = [(project.family(n), "fp32") for n in ("sa", "sb", "sc")]
+    with Session(project, Options(seeds=1, time=False, stage=False)) as session:
+        store = session.store
+        store.reference_cost = lambda g: DEAR_S if g[0].name == "sb" else DEAR_S / 10
+        store._pool, store._dear_pool = Recording(), Recording()
+        store.prepare(groups)
+        for family, precision in store.ready_first(groups):
+            assert store.cases(family, session.sizes_for(family))
+            store.drop(family)
+        assert store._pool.names == ["sa", "sc"] and store._dear_pool.names == ["sb"]

@@ -17,10 +17,10 @@ The order of work in a bench, and why:
 * the device is probed once (its copy ceiling is measured once per device and cached);
 * every version is compiled in a background process pool, niced, without a GPU context
   (compile.compile_in_pool); each version's row waits only for its own compile;
-* every family's reference cases are computed in a process pool in the background, started
-  cheapest and dearest alternately (cases.submission_order: the GPU starts at once and the dear
-  ones are not left for the end), and the families are benched in the order their cases become
-  ready, so the GPU never waits on one family's references while another's are done;
+* every family's reference cases are computed in the background, in the order the GPU will
+  want them, the dear ones (AdamW, softmax, the classifier's) in a pool of their own so they
+  neither hold every worker at once nor start last; the families are benched in the order their
+  cases become ready, so the GPU never waits on one family's references while another's are done;
 * per family: each version in a fresh child (isolate.Server with one job per child, the next
   child started ahead so its interpreter and CUDA context are ready; a finished child is kept
   idle and the family's are let go together, their exits overlapping the next family's
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable
 
 from .baselines import KeptBaselines, baseline_specs  # noqa: F401  (baseline_specs: importable from here)
-from .cases import CASE_BUDGET_MIN, CASE_BUDGET_SHARE, CaseStore, build_cases, estimated_case_bytes, submission_order  # noqa: F401
+from .cases import CASE_BUDGET_MIN, CASE_BUDGET_SHARE, CaseStore, build_cases, estimated_case_bytes  # noqa: F401
 from .children import LINGER, Children  # noqa: F401
 from .compiles import Compiles
 from .device import Probe, probe_device, require_pycuda  # noqa: F401  (the CLI imports them from here)
@@ -260,7 +260,7 @@ class Session:
             self.children.baselines()
         if self.options.stage:
             self.staging.server()
-        self.store.prepare(submission_order(groups))  # then the first versions' children, not when they are needed:
+        self.store.prepare(groups)  # then the first versions' children, not when they are needed:
         self.children.versions([op for f, p in groups[:1] for v in f.versions if v.precision == p for op in v.library_ops])
         self.ledger.spent("starting children", t0)
 

@@ -28,6 +28,10 @@ from .staged import StagedCases
 # bench --all up by 39 s waiting for the large families' references (228 s against 191).
 CASE_BUDGET_SHARE = 0.75
 CASE_BUDGET_MIN = 4 * 1024**3
+# A group whose references reference_cost guesses at this many seconds or more is dear: AdamW,
+# softmax, the classifier's and cross-entropy's (823M logits) take 20-55 s of a core; the next,
+# matmul_backward_dgelu, ~11.
+DEAR_S = 15.0
 
 
 class CaseStore:
@@ -45,7 +49,9 @@ class CaseStore:
         # family's cases at once would be ~90 GB (softmax alone 10), more than the H100 host's
         # disk, and a stalled version once let them fill it.
         self.budget = max(CASE_BUDGET_MIN, int(shutil.disk_usage(self.folder).free * CASE_BUDGET_SHARE))
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: ProcessPoolExecutor | None = None       # the references of most groups
+        self._dear_pool: ProcessPoolExecutor | None = None  # those of the dear groups (self._dear)
+        self._dear: set[tuple] = set()
         self._deleter: ThreadPoolExecutor | None = None  # deletes finished families' case files
         # When each group's references started and were ready, in seconds from the store's start
         # ("family/precision" -> s): a bench's JSON carries them (its phases), to see what the GPU
@@ -92,20 +98,28 @@ class CaseStore:
 
     def prepare(self, groups: list[tuple[Family, str]]) -> None:
         """Compute the reference cases of many (family, precision) groups in the background, in
-        order: the GPU work on the first overlaps the references of the rest. Groups start while
-        the cases started and not yet dropped fit the case budget (one always may, so that the
-        first is never held back); the rest wait in a queue until drop frees room."""
+        the order given (the GPU's): its work on the first overlaps the references of the rest.
+        The dear groups (DEAR_S and more) go to a pool of their own: in one pool, run in any
+        order, they ended up holding every worker at once for 30-50 s while the GPU, done with
+        the first cheap groups, waited 11 s for the next (a bench --all on the H100); started
+        last, the GPU waited for them at the end (37 s). Groups start while the cases started and
+        not yet dropped fit the case budget (one always may, so that the first is never held
+        back); the rest wait in a queue until drop frees room."""
         if self._pool is None:  # niced (less than the compiles): the processes driving the GPU come first.
             # Torch baselines launch several kernels from Python: with the references at full priority
             # on 8 cores, 1-2 of them a bench --all on the H100 timed 2-3x slow (p80/p20 2-3.4), all in its
             # first half, while the references were being computed
-            self._pool = niced_pool(min(8, os.cpu_count() or 1), 5)
+            workers = min(8, os.cpu_count() or 1)
+            self._pool = niced_pool(max(1, workers - workers // 2), 5)
+            self._dear_pool = niced_pool(max(1, workers // 2), 5)
         queued = {q[0] for q in self._queued}
         for i, (family, precision) in enumerate(groups):
             key, plan = self.plan(family, self.options.sizes_for(family), precision)
             if key not in self._cases and key not in self._pending and key not in queued:
                 self._queued.append((key, family, precision, plan, str(self.folder / f"{family.name}-{precision}-p{i}")))
                 self._case_bytes[key] = estimated_case_bytes(family, precision, plan)
+                if self.reference_cost((family, precision)) >= DEAR_S:
+                    self._dear.add(key)
                 queued.add(key)
         self._top_up()
 
@@ -123,7 +137,8 @@ class CaseStore:
             if force or not self._pending or self.held_bytes() + self._case_bytes[key] <= self.budget:
                 self._queued.pop(i)
                 self.note("references started at", family, precision)
-                self._pending[key] = self._pool.submit(build_cases, str(self.root), family.name, precision,
+                pool = self._dear_pool if key in self._dear else self._pool
+                self._pending[key] = pool.submit(build_cases, str(self.root), family.name, precision,
                                                        plan, folder)
                 self._pending[key].add_done_callback(
                     lambda _, f=family, p=precision: self.note("references ready at", f, p))
@@ -189,8 +204,9 @@ class CaseStore:
 
     def stop_pool(self) -> None:
         """Stop the reference pool: queued groups are cancelled, those under way killed."""
-        if self._pool is not None:
-            stop_pool(self._pool)
+        for pool in (self._pool, self._dear_pool):
+            if pool is not None:
+                stop_pool(pool)
 
     def stop_deleting(self) -> None:
         """Wait for the deletions under way (before the folder they delete in goes)."""
@@ -200,21 +216,6 @@ class CaseStore:
     def remove_folder(self) -> None:
         """Delete the session's case folder and whatever is left in it."""
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def submission_order(groups: list) -> list:
-    """The order to start groups' references in, given the order the GPU would bench them
-    (quickest references first): cheapest, dearest, next cheapest, next dearest... The cheap ones
-    keep the GPU fed from the start; the dear ones start early instead of last, where the GPU
-    waited for them (37 s of a 171 s bench --all on the H100, with AdamW's and the classifier's
-    references started at the end)."""
-    order, low, high = [], 0, len(groups) - 1
-    while low <= high:
-        order.append(groups[low])
-        if high != low:
-            order.append(groups[high])
-        low, high = low + 1, high - 1
-    return order
 
 
 def estimated_case_bytes(family: Family, precision: str, plan) -> int:
