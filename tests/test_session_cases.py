@@ -216,3 +216,27 @@ def test_the_dear_groups_references_go_to_a_pool_of_their_own(tmp_path):
             assert store.cases(family, session.sizes_for(family))
             store.drop(family)
         assert store._pool.names == ["sa", "sc"] and store._dear_pool.names == ["sb"]
+
+
+def test_while_a_group_waits_for_room_the_ready_group_holding_the_most_bytes_is_benched_first(tmp_path):
+    from concurrent.futures import wait
+    project = _project_of_scales(tmp_path, ["sa", "sb", "sc"])
+    groups = [(project.family(n), "fp32") for n in ("sa", "sb", "sc")]
+    with Session(project, Options(seeds=1, time=False, stage=False)) as session:
+        store = session.store
+        store.budget = 1  # only the first starts
+        store.prepare(groups)
+        keys = {q[0][0]: q[0] for q in store._queued}
+        one = store.held_bytes()
+        store._case_bytes[keys["sb"]] = 3 * one   # sb holds the most
+        store._case_bytes[keys["sc"]] = 10 * one  # sc cannot start beside sa and sb
+        store.budget = 5 * one
+        store._top_up()
+        assert [q[0][0] for q in store._queued] == ["sc"]
+        wait(list(store._pending.values()), timeout=60)
+        order = []
+        for family, precision in store.ready_first(groups):
+            order.append(family.name)
+            store.cases(family, session.sizes_for(family))
+            store.drop(family)
+        assert order == ["sb", "sa", "sc"]  # in the GPU's order it would have been sa first
