@@ -32,6 +32,10 @@ CASE_BUDGET_MIN = 4 * 1024**3
 # softmax, the classifier's and cross-entropy's (823M logits) take 20-55 s of a core; the next,
 # matmul_backward_dgelu, ~11.
 DEAR_S = 15.0
+# The reference workers' niceness, below the compiles' (10): with the references at 5, the host's
+# 16 cores were saturated for a bench --all's first 40 s, the GPU waited 8 s for compiles and its
+# own processes ran slower, while the references were all ready 60 s before the GPU needed the last.
+REFERENCE_NICE = 15
 
 
 class CaseStore:
@@ -105,13 +109,13 @@ class CaseStore:
         last, the GPU waited for them at the end (37 s). Groups start while the cases started and
         not yet dropped fit the case budget (one always may, so that the first is never held
         back); the rest wait in a queue until drop frees room."""
-        if self._pool is None:  # niced (less than the compiles): the processes driving the GPU come first.
+        if self._pool is None:  # niced: the processes driving the GPU, then the compiles, come first.
             # Torch baselines launch several kernels from Python: with the references at full priority
             # on 8 cores, 1-2 of them a bench --all on the H100 timed 2-3x slow (p80/p20 2-3.4), all in its
             # first half, while the references were being computed
             workers = min(8, os.cpu_count() or 1)
-            self._pool = niced_pool(max(1, workers - workers // 2), 5)
-            self._dear_pool = niced_pool(max(1, workers // 2), 5)
+            self._pool = niced_pool(max(1, workers - workers // 2), REFERENCE_NICE)
+            self._dear_pool = niced_pool(max(1, workers // 2), REFERENCE_NICE)
         queued = {q[0] for q in self._queued}
         for i, (family, precision) in enumerate(groups):
             key, plan = self.plan(family, self.options.sizes_for(family), precision)
