@@ -50,7 +50,14 @@ def test_draw_follows_the_init_spec():
     ints = draw(Arg("t", "in", "N", "i32", "randint(0, V)"), (1000,), {"V": 7}, rng)
     assert ints.dtype == np.int32 and ints.min() >= 0 and ints.max() <= 6
     u = draw(Arg("x", "in", "N", init="uniform(2, 3)"), (1000,), {}, rng)
-    assert u.dtype == np.float32 and 2 <= u.min() and u.max() <= 3
+    assert u.dtype == np.float32 and 2 <= u.min() and u.max() < 3
+    # float32 inputs are drawn in float32: still the distributions the spec names
+    n = draw(Arg("x", "in", "N", init="normal(0.5, 0.02)"), (200_000,), {}, rng)
+    assert n.dtype == np.float32 and abs(n.mean() - 0.5) < 1e-3 and abs(n.std() - 0.02) < 1e-3
+    w = draw(Arg("x", "in", "N", init="uniform(0, 1e-4)"), (200_000,), {}, rng)
+    assert 0 <= w.min() and w.max() < np.float32(1e-4) and abs(w.mean() - 5e-5) < 1e-6
+    b = draw(Arg("x", "in", "N", "bf16", init="normal(0, 1)"), (1000,), {}, rng)
+    assert b.dtype == np.float32  # widened values, rounded to bf16 later (make_inputs)
 
 
 def test_cases_differ_by_seed_and_repeat_by_seed():

@@ -116,7 +116,7 @@ def draw(arg: Arg, shape: tuple[int, ...], env: Mapping[str, Any], rng: np.rando
     kind, params = m.group(1), m.group(2).strip()
     values = expr.evaluate(f"({params},)", env) if params else ()
     # float32 inputs are drawn in float32 (4x faster for normal, 9x for uniform, than drawing
-    # float64 and narrowing): the draws were most of the references' time (AdamW's 124M
+    # float64 and narrowing): the draws were a large part of the references' time (AdamW's 124M
     # parameters, the classifier's 823M logits).
     single = np.dtype(np.float32 if arg.dtype == "bf16" else arg.np_dtype) == np.float32
     if kind == "normal":
@@ -133,7 +133,8 @@ def draw(arg: Arg, shape: tuple[int, ...], env: Mapping[str, Any], rng: np.rando
             out = rng.random(shape, dtype=np.float32)
             out *= np.float32(hi - lo)
             out += np.float32(lo)
-            np.minimum(out, np.nextafter(np.float32(hi), np.float32(lo)), out=out)  # [lo, hi), as uniform() is
+            if hi > lo:  # [lo, hi), as uniform() is: lo + (hi - lo) * r may round up to hi
+                np.minimum(out, np.nextafter(np.float32(hi), np.float32(lo)), out=out)
         else:
             out = rng.uniform(lo, hi, size=shape)
     elif kind == "randint":
