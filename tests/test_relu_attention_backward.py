@@ -33,7 +33,7 @@ VERSION = 3
 def test_the_bf16_contract():
     p = FAMILY.precisions["bf16"]
     assert p.args == {"dqkv": "bf16", "dout": "bf16", "qkv": "bf16"}
-    assert (p.atol, p.rtol) == (4e-3, 1e-2)
+    assert (p.atol, p.rtol) == (1e-2, 1e-2)
     sizes = FAMILY.default_sizes
     C = sizes["NH"] * sizes["HS"]
     assert FAMILY.bytes_moved(sizes, "bf16") == 2 * 7 * sizes["B"] * sizes["T"] * C
@@ -83,19 +83,23 @@ def rounding_model(dout, qkv, NH):
 
 
 def test_the_tolerance_covers_the_rounding_model_with_room():
-    """At every test size and seed, the atol the model needs at rtol 1e-2 is at most 40% of the
-    contract's (measured: 1.43e-3 of 4e-3)."""
+    """At every test size, over seeds 0-99, the atol the model needs at rtol 1e-2 is at most 80%
+    of the contract's (measured: 4.2e-3 of 1e-2, at T = 3; 8.9e-3 over seeds 0-999), and at the
+    sizes past the tiny T = 3 at most 30% (2.3e-3 over seeds 0-999). Seeds 0-2 alone once set
+    the atol at 4e-3, which 2% of other seeds exceeded."""
     atol, rtol = FAMILY.tolerance(FAMILY.arg("dqkv"), "bf16")
     dtypes = {a.name: a.dtype for a in FAMILY.args_for("bf16")}
-    worst = 0.0
+    worst = {}
     for sizes in FAMILY.test_sizes:
-        for seed in FAMILY.seeds:
+        for seed in range(100):
             case = make_case(FAMILY, sizes, seed, "bf16")
             x = {n: from_storage(a, dtypes[n]).astype(np.float64) for n, a in case.inputs.items()}
             got = rounding_model(x["dout"], x["qkv"], sizes["NH"])
             ref = case.expected["dqkv"].reshape(got.shape)
-            worst = max(worst, float((np.abs(got - ref) - rtol * np.abs(ref)).max()))
-    assert 0 < worst <= 0.4 * atol, f"the model needs atol {worst:.2g} at rtol {rtol}: {atol} leaves too little room"
+            need = float((np.abs(got - ref) - rtol * np.abs(ref)).max())
+            worst[sizes["T"]] = max(worst.get(sizes["T"], 0.0), need)
+    assert 0 < max(worst.values()) <= 0.8 * atol, f"the model needs atol {worst} at rtol {rtol}: {atol} leaves too little room"
+    assert max(v for t, v in worst.items() if t > 3) <= 0.3 * atol, worst
 
 
 # -- the reference ---------------------------------------------------------------------------------

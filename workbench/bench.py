@@ -235,7 +235,6 @@ class Session:
             run.families = earlier.families  # each was written whole, baselines included
         self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
         for family, precision in self.store.ready_first(groups):
-            self.store.note("benched at", family, precision)
             result = self.bench_family(family, precision, on_row=on_row)
             self.store.drop(family)
             run.put(result)
@@ -267,8 +266,7 @@ class Session:
     def _stamp(self, run: BenchRun, started: float) -> None:
         """The run's seconds and phases so far, from the ledger."""
         run.seconds = {**self.seconds, "total": round(time.perf_counter() - started, 1)}
-        run.phases = {k: dict(v) for k, v in self.phases.items()}
-        run.phases.update({k: dict(v) for k, v in self.store.timeline.items() if v})
+        run.phases = {k: dict(v) for k, v in (*self.phases.items(), *self.store.timeline.items()) if v}
 
     def sweep(self, version: Version, axis: str, values: list[int],
               on_point: Callable[[Row, Row | None], None] | None = None) -> list[tuple[Row, Row | None]]:

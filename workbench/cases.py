@@ -57,9 +57,9 @@ class CaseStore:
         self._dear_pool: ProcessPoolExecutor | None = None  # those of the dear groups (self._dear)
         self._dear: set[tuple] = set()
         self._deleter: ThreadPoolExecutor | None = None  # deletes finished families' case files
-        # When each group's references started and were ready, in seconds from the store's start
-        # ("family/precision" -> s): a bench's JSON carries them (its phases), to see what the GPU
-        # waited for.
+        # When each group's references started and were ready, and when ready_first handed it to
+        # the GPU, in seconds from the store's start ("family/precision" -> s): a bench's JSON
+        # carries them (its phases), to see what the GPU waited for.
         self._clock = time.perf_counter()
         self.timeline: dict[str, dict[str, float]] = {"references started at": {}, "references ready at": {}}
 
@@ -211,6 +211,7 @@ class CaseStore:
             if self._queued:
                 pick = max(ready, key=lambda g: self._case_bytes.get(keys[id(g)], 0))
             left.remove(pick)
+            self.note("benched at", *pick)  # the GPU begins it now
             yield pick
 
     def stop_pool(self) -> None:
