@@ -138,7 +138,16 @@ def test_version_3_on_the_emulator_makes_the_models_roundings(sizes, run):
     # all there is), where the family's tolerance would let through far more.
     got = np.asarray(outputs["out"], dtype=np.float64).reshape(model.shape)
     off = np.abs(got - model) - 2.0 ** -7 * np.abs(model)
-    assert off.max() <= 1e-5, (np.unravel_index(off.argmax(), off.shape), off.max())
+    # Rarely a score's fp32 sum, taken in the MMA's order, ends on the other side of a bf16
+    # rounding of P than numpy's: out moves by that P's half-ulp times its v (seed 5 at T = 260:
+    # one element of 33,280, 1.7e-5 past the bound). Such flips stay rare and within one P ulp.
+    B, T, NH, HS = (sizes[n] for n in ("B", "T", "NH", "HS"))
+    x = from_storage(case.inputs["qkv"], "bf16").astype(np.float64).reshape(B, T, 3, NH, HS).transpose(0, 3, 2, 1, 4)
+    p_max = max(0.0, (x[:, :, 0] @ np.swapaxes(x[:, :, 1], -1, -2)).max()) / np.sqrt(HS) / T
+    one_flip = 2.0 ** -8 * p_max * np.abs(x[:, :, 2]).max()
+    where = (np.unravel_index(off.argmax(), off.shape), off.max())
+    assert off.max() <= max(1e-5, one_flip), where
+    assert (off > 1e-5).mean() <= 1e-3, ((off > 1e-5).sum(), where)
 
 
 # -- the reference ---------------------------------------------------------------------------------
