@@ -142,8 +142,7 @@ class CaseStore:
                 self._queued.pop(i)
                 self.note("references started at", family, precision)
                 pool = self._dear_pool if key in self._dear else self._pool
-                self._pending[key] = pool.submit(build_cases, str(self.root), family.name, precision,
-                                                       plan, folder)
+                self._pending[key] = pool.submit(build_cases, str(self.root), family.name, precision, plan, folder)
                 self._pending[key].add_done_callback(
                     lambda _, f=family, p=precision: self.note("references ready at", f, p))
                 force = False

@@ -39,8 +39,8 @@ class Compiles:
         self.progress(f"compiling {len(todo)} kernels in the background" + (f" for {arch}" if arch else ""))
         if self._pool is None:  # niced more: the GPU's own processes, then the references, come first
             # 8 at most: 14 on the H100 host's 16 cores crowded out the references and the GPU's
-            # processes at a bench's start (6 made the bench --all 13 s faster, and waited 8 s for
-            # compiles)
+            # processes at a bench's start (with 6, a bench --all took 148 s against 161, but ran
+            # second on its machine, and waited 8 s for compiles)
             self._pool = niced_pool(max(1, min(8, (os.cpu_count() or 2) - 2)), 10)
         for name, path, source in todo:
             self._futures[name] = compile_in_pool(self._pool, path, arch, source)

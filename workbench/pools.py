@@ -15,9 +15,9 @@ POOL_START = multiprocessing.get_context("forkserver")
 
 
 # Each worker's BLAS and OpenMP run on one thread. By default every worker's OpenBLAS starts a
-# thread per core: the 8 reference workers' matmuls put 50-90 runnable threads on the H100 host's
-# 16 cores (vmstat during a bench --all), and the processes driving the GPU waited for a core
-# (checks, staging and the torch baselines ~20% slower than with the references idle).
+# thread per core: the 8 reference workers' matmuls put up to 50-90 runnable threads on the H100
+# host's 16 cores (vmstat during a bench --all), and the processes driving the GPU waited for a
+# core (one thread each took that bench from 170 to 162 s).
 ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
