@@ -61,7 +61,7 @@ class CaseStore:
         # the GPU, in seconds from the store's start ("family/precision" -> s): a bench's JSON
         # carries them (its phases), to see what the GPU waited for.
         self._clock = time.perf_counter()
-        self.timeline: dict[str, dict[str, float]] = {"references started at": {}, "references ready at": {}}
+        self.timeline: dict[str, dict[str, float]] = {}
 
     def plan(self, family: Family, sizes: dict[str, int], precision: str, extra_sizes=(), seeds=None):
         """(key, [(sizes, seed), ...]): the timed sizes first (their first seed is the one timed;
