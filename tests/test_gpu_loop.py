@@ -120,3 +120,33 @@ def test_a_fresh_machine_compiles_the_version_and_the_harness_kernels_ahead(tmp_
     the cache the children read; once cached (and the probe kept), nothing is started."""
     r = bounded([sys.executable, "-c", PRECOMPILE], 180, env=env_for(ROOT, tmp_path / "cache"), cwd=ROOT)
     assert r.returncode == 0 and "precompiled 7" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+
+WARM = """
+import time
+from workbench.worker import init_cuda
+from workbench.family import Project
+from workbench.providers import warm_torch
+init_cuda()
+import torch
+torch.cuda.init()
+project = Project()
+for f in project.families():
+    for p in f.precision_names():
+        if f.torch_expression(p):
+            t0 = time.perf_counter()
+            warm_torch(f, p)
+            print(f"warmed {f.name} {p} {time.perf_counter() - t0:.3f}", flush=True)
+"""
+
+
+def test_every_torch_expression_warms_at_its_smallest_test_size(tmp_path):
+    """The baselines' child swallows a warm-up's error (the baseline's check reports it); here
+    every family's torch expression must run on its drawn inputs at its smallest test size."""
+    from workbench.family import Project
+    project = Project(ROOT)
+    groups = [(f.name, p) for f in project.families() for p in f.precision_names() if f.torch_expression(p)]
+    r = bounded([sys.executable, "-c", WARM], 300, env=env_for(ROOT, tmp_path / "cache"), cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    warmed = [tuple(line.split()[1:3]) for line in r.stdout.splitlines() if line.startswith("warmed ")]
+    assert warmed == groups

@@ -160,8 +160,9 @@ def timed_row(us: dict[int, float], status="passed") -> Row:
 
 def test_the_change_line_says_what_moved():
     prev, now = timed_row({256: 30.0, 512: 29.8}), timed_row({256: 27.0, 512: 26.8})
+    now.phases = {"load": 0.512, "setup": 0.001, "check": 0.14, "time": 0.21, "re-check": 0.004}
     text = change_line(prev, now, ["/x/4_one_pass.cu"], 1.234).plain
-    assert "saved 4_one_pass.cu; 1.23 s from the save to this table" in text
+    assert "saved 4_one_pass.cu; 1.23 s from the save to this table (compile 0.51 s, check 0.14 s, time 0.21 s)" in text
     assert "29.8 µs -> 26.8 µs (-10.1%)" in text and "256: -10.0%" in text
     assert "first run" in change_line(None, now).plain
     failed = change_line(prev, timed_row({}, status="failed")).plain
@@ -337,11 +338,12 @@ def test_kept_baselines_are_not_looked_up_on_a_machine_never_probed(tmp_path, mo
         session.kept = KeptBaselines(options, lambda: asked.append(1) or dev, cache)
         baselines = []
         monkeypatch.setattr(session.children, "versions", lambda ops=(): None)
-        monkeypatch.setattr(session.children, "baselines", lambda: baselines.append(1))
+        monkeypatch.setattr(session.children, "baselines", lambda warm=(): baselines.append(warm))
         try:
             session.head_start(family, sizes, "fp32")
         finally:
             session.close()
+        assert baselines in ([], [[(family, "fp32")]]), "the child warms the family's torch expression"
         return bool(baselines)
     assert started(Options(kept_baselines=True), sizes, probed=False) is True and asked == []
     assert started(Options(kept_baselines=True), sizes, probed=True) is False and asked, "kept rows serve"
@@ -393,7 +395,7 @@ def test_run_without_pycuda_says_so_before_computing_any_reference(monkeypatch):
     computed = []
     monkeypatch.setattr(session.store, "cases", lambda *a, **k: computed.append(a))
     monkeypatch.setattr(session.children, "versions", lambda ops=(): None)
-    monkeypatch.setattr(session.children, "baselines", lambda: None)
+    monkeypatch.setattr(session.children, "baselines", lambda warm=(): None)
     family = Project(ROOT).family("layernorm_forward")
     try:
         with pytest.raises(NoGPU, match="PyCUDA is not installed"):
@@ -401,3 +403,30 @@ def test_run_without_pycuda_says_so_before_computing_any_reference(monkeypatch):
         assert computed == []
     finally:
         session.close()
+
+
+def test_the_baselines_child_is_told_which_torch_expressions_to_warm(monkeypatch):
+    """Those with an expression, in the order given; none where torch is not timed."""
+    import base64
+    import json as json_
+
+    from workbench import children as children_mod
+    from workbench.ledger import Ledger
+    started = []
+
+    class Recorder:
+        def __init__(self, preload=(), **kw):
+            started.append(preload)
+
+        def start(self):
+            return self
+    monkeypatch.setattr(children_mod, "Server", Recorder)
+    monkeypatch.setattr(children_mod.importlib.util, "find_spec", lambda name: object())
+    project = Project(ROOT)
+    adamw, fc = project.family("adamw"), project.family("fused_classifier")
+    children_mod.Children(Options(), Ledger()).baselines([(fc, "bf16"), (adamw, "bf16"), (adamw, "fp32")])
+    torch_, item = started[-1]
+    spec = json_.loads(base64.urlsafe_b64decode(item.split("=", 1)[1]))
+    assert torch_ == "torch" and spec == {"root": str(project.root), "groups": [["fused_classifier", "bf16"], ["adamw", "fp32"]]}
+    children_mod.Children(Options(torch=False), Ledger()).baselines([(fc, "bf16")])
+    assert started[-1] == ()

@@ -100,3 +100,52 @@ def test_doctor_says_when_every_child_would_compile_its_imports_from_source(tmp_
     assert bytecode(dont_write=True, packages=("barepkg",)).ok
     assert bytecode(dont_write=True, packages=("no_such_package_here",)).ok
     sys.modules.pop("barepkg", None)
+
+
+def test_a_waiting_job_goes_before_the_idle_work_and_the_rest_of_it_runs_between_jobs():
+    """The baselines' child warms torch expressions only while no job waits (lines_between)."""
+    import os
+
+    from workbench.worker import lines_between
+    r, w = os.pipe()
+    events = []
+    idle = [lambda: (events.append("warm 1"), os.write(w, b"job A\n")),
+            lambda: (events.append("warm 2"), os.write(w, b"job B\n")),
+            lambda: (events.append("warm 3"), os.close(w)),  # the end of stdin: the lines end
+            lambda: events.append("warm 4")]
+    for line in lines_between(idle, r):
+        events.append(line)
+    assert events == ["warm 1", "job A", "warm 2", "job B", "warm 3"]
+    os.close(r)
+
+    r, w = os.pipe()
+    os.write(w, b"job A\njob B\nexit")  # waiting from the start: no warm-up before any of them
+    os.close(w)
+    idle, events = [lambda: events.append("warm")], []
+    for line in lines_between(idle, r):
+        events.append(line)
+    assert events == ["job A", "job B", "exit"] and len(idle) == 1
+    os.close(r)
+
+
+def test_an_idle_step_that_fails_is_skipped_and_the_lines_still_come():
+    import os
+
+    from workbench.worker import lines_between
+    r, w = os.pipe()
+
+    def broken():
+        os.write(w, b"job\n")
+        raise RuntimeError("a torch expression that fails at the warm-up's size")
+    got = list(lines_between([broken, lambda: os.close(w)], r))
+    assert got == ["job"]
+    os.close(r)
+
+
+def test_the_torch_warm_item_names_every_group_and_holds_no_comma():
+    from workbench.worker import TORCH_WARM, _torch_warm_steps, torch_warm_item
+    project = Project(ROOT)
+    groups = [(f.name, p) for f in project.families() for p in f.precision_names() if f.torch_expression(p)]
+    item = torch_warm_item(str(ROOT), groups)
+    assert item.startswith(TORCH_WARM) and "," not in item
+    assert len(_torch_warm_steps(item)) == len(groups) > 40

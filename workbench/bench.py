@@ -102,7 +102,7 @@ class Session:
         probing = self._probe.start()  # a machine never probed: beside the references, nothing kept for it
         if self.options.time and self.options.torch and (
                 probing or not self.kept.get(family, sizes or self.sizes_for(family), precision)):
-            self.children.baselines()
+            self.children.baselines([(family, precision)])
 
     # -- the device -----------------------------------------------------------------------
     def device(self, refresh: bool = False) -> dict:
@@ -256,7 +256,7 @@ class Session:
         baselines' child, the case owner's context, the references, the first versions' children."""
         t0 = time.perf_counter()
         if self.options.time:
-            self.children.baselines()
+            self.children.baselines(groups)
         if self.options.stage:
             self.staging.server()
         self.store.prepare(groups)  # then the first versions' children, not when they are needed:

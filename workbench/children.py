@@ -11,6 +11,7 @@ import time
 from .isolate import Server
 from .ledger import Ledger
 from .options import Options
+from .worker import torch_warm_item
 
 # Version children done with their job, kept idle and let go together after the family's versions
 # (their CUDA teardowns side by side, while nothing is timed) rather than waited for one by one.
@@ -42,12 +43,18 @@ class Children:
             self._versions.preload = tuple(sorted({op for v in versions for op in v.library_ops}))
         return versions
 
-    def baselines(self) -> Server:
+    def baselines(self, warm=()) -> Server:
         """The baselines' long-lived child, started on first use; torch is imported as it starts
-        (when the session times against torch), so that cost overlaps the caller's next work."""
+        (when the session times against torch), and the torch expressions of `warm`, the (Family,
+        precision) groups to come, run once each (providers.warm_torch): those costs overlap the
+        caller's next work."""
         if self._baselines is None:
             torch = self.options.time and self.options.torch and importlib.util.find_spec("torch") is not None
-            self._baselines = Server(preload=("torch",) if torch else ()).start()
+            preload = ("torch",) if torch else ()
+            groups = [(f.name, p) for f, p in warm if f.torch_expression(p)]
+            if torch and groups:
+                preload += (torch_warm_item(str(warm[0][0].project.root), groups),)
+            self._baselines = Server(preload=preload).start()
         return self._baselines
 
     def release(self) -> None:

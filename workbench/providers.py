@@ -281,6 +281,36 @@ class TorchProvider(Provider):
         return [self.expression]
 
 
+def warm_torch(family: Family, precision: str) -> None:
+    """The family's torch expression once, unchecked, at its smallest test size, on drawn inputs.
+    PyTorch's first call of an op in a process can take seconds (on a fresh H100 machine: the
+    first bf16 cross-entropy with its autograd 3.0 s, the first fused AdamW 2.7 s, the first bf16
+    SDPA 0.8 s; each later call milliseconds), and a bench waits on it inside the baseline's
+    check. The baselines' child pays it as it starts instead (worker.serve), while the versions
+    run."""
+    import pycuda.driver as drv
+    from .check import make_inputs
+    fits = [s for s in family.test_sizes
+            if all(expr.evaluate(p, family.env(s)) for p in family.preconditions)]
+    if not fits or not family.torch_expression(precision):
+        return
+    sizes = min(fits, key=lambda s: sum(int(np.prod(family.shape(a, s))) for a in family.args_for(precision)))
+    provider = TorchProvider(family, precision)
+    case = Case(dict(sizes), 0, make_inputs(family, sizes, 0, precision), {}, precision)
+    bufs = CaseBuffers(provider.args(), shapes_for(provider.args(), family.env)(case), case)
+    try:
+        bufs.reset()
+        launch, collect = provider.prepare(bufs, None)
+        stream = drv.Stream()
+        launch(stream)
+        collect(stream)
+        stream.synchronize()
+    finally:
+        bufs.free()
+        provider.close()
+        provider.torch.cuda.empty_cache()
+
+
 def _torch_view(torch, buf, shape):
     """A torch tensor on a device buffer we own (no copy), through __cuda_array_interface__."""
     typestr = {"f32": "<f4", "i32": "<i4", "bf16": "<u2"}[buf.dtype]

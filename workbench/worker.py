@@ -346,26 +346,75 @@ def run_request(path: str) -> None:
         rep.flush()
 
 
+TORCH_WARM = "torch-warm="
+
+
+def torch_warm_item(root: str, groups: list[tuple[str, str]]) -> str:
+    """A --preload item: once torch is imported, run each (family, precision)'s torch expression
+    once (providers.warm_torch) while no job waits. base64 JSON: it holds no comma (the items'
+    separator)."""
+    import base64
+    return TORCH_WARM + base64.urlsafe_b64encode(json.dumps({"root": root, "groups": groups}).encode()).decode()
+
+
+def _torch_warm_steps(item: str) -> list[Callable[[], None]]:
+    import base64
+
+    from .family import Project
+    from .providers import warm_torch
+    spec = json.loads(base64.urlsafe_b64decode(item[len(TORCH_WARM):]))
+    project = Project(spec["root"])
+    return [lambda n=name, p=precision: warm_torch(project.family(n), p) for name, precision in spec["groups"]]
+
+
+def lines_between(idle: list[Callable[[], None]], fd: int | None = None):
+    """stdin's (or fd's) lines, read unbuffered, so that select() knows whether one is waiting:
+    while none is, the next of `idle` runs (a job that arrives waits for at most one of them)."""
+    import select
+    fd, buf = sys.stdin.fileno() if fd is None else fd, b""
+    while True:
+        while b"\n" not in buf:
+            if idle and not select.select([fd], [], [], 0)[0]:
+                try:
+                    idle.pop(0)()
+                except Exception:
+                    pass  # a torch warm-up: the baseline's own check meets it and says what it is
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                if buf:
+                    yield buf.decode()
+                return
+            buf += chunk
+        line, buf = buf.split(b"\n", 1)
+        yield line.decode()
+
+
 def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
     """Run jobs named on stdin, one path a line; answer each with a line on stdout. The CUDA
     context and the imports come first, before the first job arrives: a standby child pays for
     them while another child works, and the baselines' child imports torch (`preload`, ~10 s)
-    while the bench compiles. A crashed context ends the process at once; after `max_jobs` jobs
-    it waits for the parent's "exit" line (it may keep us idle a while: isolate.Server's linger),
-    then ends (isolate.py starts another for the next job). "exit", or the end of stdin, ends a
-    child at any time."""
+    while the bench compiles, then warms the torch expressions to come while no job waits. A
+    crashed context ends the process at once; after `max_jobs` jobs it waits for the parent's
+    "exit" line (it may keep us idle a while: isolate.Server's linger), then ends (isolate.py
+    starts another for the next job). "exit", or the end of stdin, ends a child at any time."""
     import importlib
     try:
         init_cuda()
         # the slow imports (pycuda.compiler with pytools, the workbench's own modules) and the
         # harness kernels every job uses, while this child waits for its job
         import pycuda.compiler  # noqa: F401
+        import numpy.ma  # noqa: F401  (np.median's first call imports it: 0.08 s of a row's timing without .pyc)
         from . import check, compile, launch, library_calls, providers, staging, timing  # noqa: F401
         providers.shared_tools()
     except Exception:
         pass  # reported by the first job, in its result
-    for name in preload:  # a module, or a library op its versions call (library_calls.warm)
+    idle: list[Callable[[], None]] = []  # run between jobs while none waits (lines_between)
+    for name in preload:  # a module, a library op its versions call (library_calls.warm), or torch-warm
         try:
+            if name.startswith(TORCH_WARM):
+                idle += _torch_warm_steps(name)
+                continue
             from . import library_calls
             if name in library_calls.names():
                 library_calls.warm([name])
@@ -376,7 +425,8 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
         except Exception:
             pass  # the job that needs it says so (an ImportError becomes "unavailable")
     done = 0
-    for line in sys.stdin:
+    lines = lines_between(idle)
+    for line in lines:
         path = line.strip()
         if not path:
             continue
@@ -390,7 +440,7 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
         if result.get("status") == "crashed" or any(r.get("status") == "crashed" for r in result.get("rows", [])):
             break
         if max_jobs is not None and done >= max_jobs:
-            sys.stdin.readline()  # "exit" (or the end of stdin): the parent lets us go (isolate.Server)
+            next(lines, None)  # "exit" (or the end of stdin): the parent lets us go (isolate.Server)
             break
 
 
