@@ -484,14 +484,23 @@ def sweep_table(version: Version, axis: str, points: list) -> Table:
     return table
 
 
+# A row's phases as the watch names them: "load" is nvcc's compile after a save (a cached cubin
+# loads in milliseconds), "setup" the cases opened.
+WATCH_PHASES = {"load": "compile", "setup": "cases"}
+
+
 def change_line(prev: Row | None, row: Row, changed: list[str] = (), seconds: float | None = None) -> Text:
-    """run --watch, after each table: what was saved, how long from the save to this table, and
-    the best time (and each block size's) against the last run that passed."""
+    """run --watch, after each table: what was saved, how long from the save to this table and
+    where it went (the row's phases), and the best time (and each block size's) against the last
+    run that passed."""
     text = Text()
     if changed:
         text.append("saved " + ", ".join(Path(f).name for f in changed))
         if seconds is not None:
             text.append(f"; {seconds:.2f} s from the save to this table")
+            spent = [f"{WATCH_PHASES.get(k, k)} {v:.2f} s" for k, v in row.phases.items() if v >= 0.005]
+            if spent:
+                text.append(f" ({', '.join(spent)})", style="dim")
         text.append(". ")
     if not row.passed or not row.best:
         text.append(f"{row.label}: {row.status}" + (" (the last passing run's numbers stand)" if prev else ""),
