@@ -124,3 +124,22 @@ def test_children_let_go_without_waiting_have_ended_before_the_next_job_starts()
         assert res["clock"]["sent"] >= 0
     finally:
         server.close()
+
+
+def test_a_long_lived_child_says_it_is_ready_and_that_line_is_no_jobs_answer():
+    """worker.serve writes "ready" once its preloads are done; heard() reads it without waiting
+    (False until then, and before any child is started), and a job's answer is still its own."""
+    import time
+    server = Server()
+    assert server.heard("ready") is False, "no child yet"
+    server.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not server.heard("ready"):
+            assert time.monotonic() < deadline, "never said ready"
+            time.sleep(0.05)
+        res = server.run({"job": "probe", "root": "."}, timeout=120)
+        assert res.get("pid") == server.proc.pid and res.get("status") not in (None, "started"), res
+        assert server.heard("ready") and not server.heard("done")
+    finally:
+        server.close()

@@ -241,3 +241,50 @@ def test_while_a_group_waits_for_room_the_ready_group_holding_the_most_bytes_is_
             store.cases(family, session.sizes_for(family))
             store.drop(family)
         assert order == ["sb", "sa", "sc"]  # in the GPU's order it would have been sa first
+
+
+def test_families_benched_before_the_baselines_child_is_ready_get_their_baselines_once_it_is(monkeypatch, tmp_path):
+    """A bench's first families go on without waiting for torch's import: their baselines run,
+    in order and after the version children are settled, once the child says it is ready (or
+    once HELD_BACK are held); each family's cases are dropped and its result saved only then."""
+    from workbench import bench as bench_mod
+    from workbench.results import BenchRun, FamilyResult, load
+    project = Project(FIXTURES / "project")
+    names = [f"f{i}" for i in range(7)]
+    groups = [(type("F", (), {"name": n, "title": n})(), "fp32") for n in names]
+    events = []
+    monkeypatch.setattr(bench_mod, "HELD_BACK", 3)
+    with Session(project, Options(stage=False)) as session:
+        monkeypatch.setattr(session, "_start_ahead", lambda groups: None)
+        monkeypatch.setattr(session, "start_compiles", lambda versions: None)
+        monkeypatch.setattr(session, "new_run", lambda: BenchRun(device={"name": "x"}, ceiling={}))
+        monkeypatch.setattr(session.store, "ready_first", lambda gs: iter(groups))
+        monkeypatch.setattr(session.store, "drop", lambda f: events.append(("drop", f.name)))
+        monkeypatch.setattr(session.children, "baselines_ready",  # once five families ran their versions
+                            lambda: sum(e[0] == "versions" for e in events) >= 5)
+        monkeypatch.setattr(session.children, "settle", lambda: events.append(("settle",)))
+
+        def bench_family(f, precision, on_row=None, baselines=True):
+            events.append(("versions", f.name, baselines))
+            result = FamilyResult(f.name, f.title, {}, 0, None, precision)
+            result.seconds = 0.5
+            if baselines:
+                session.finish_baselines(f, result)
+            return result
+        monkeypatch.setattr(session, "bench_family", bench_family)
+        monkeypatch.setattr(session, "run_baselines", lambda f, sizes, precision: (events.append(("baselines", f.name)), None)[1:] * 2)
+        run = session.bench([], json_path=str(tmp_path / "b.json"))
+    # f0, f1, f2 held (not ready); three held make f3 finish them first (HELD_BACK), then f3 is
+    # held too (still not ready), and f4; ready at f5: f3 and f4 finish before f5 runs
+    assert [e for e in events if e[0] == "versions"] == [
+        ("versions", "f0", False), ("versions", "f1", False), ("versions", "f2", False),
+        ("versions", "f3", False), ("versions", "f4", False), ("versions", "f5", True), ("versions", "f6", True)]
+    baselines = [e[1] for e in events if e[0] == "baselines"]
+    assert baselines == ["f0", "f1", "f2", "f3", "f4", "f5", "f6"]
+    assert events.index(("versions", "f2", False)) < events.index(("baselines", "f0")) < events.index(("versions", "f3", False))
+    assert events.index(("versions", "f4", False)) < events.index(("baselines", "f3")) < events.index(("versions", "f5", True))
+    for name in ("f0", "f3"):
+        assert events[events.index(("baselines", name)) - 1] == ("settle",), "after the version children's exits"
+    assert [e[1] for e in events if e[0] == "drop"] == baselines, "cases kept until the baselines ran"
+    assert [f.family for f in run.families] == names
+    assert [f.family for f in load(tmp_path / "b.json").families] == names

@@ -25,9 +25,12 @@ The order of work in a bench, and why:
   child started ahead so its interpreter and CUDA context are ready; a finished child is kept
   idle and the family's are let go together, their exits overlapping the next family's
   staging, never a timed job), then the baselines
-  (PyTorch and a same-size copy) in one long-lived child (torch loads once); the family's
-  results, baselines included, go to the JSON file at once, so a stopped bench keeps all it
-  measured and `--resume` skips the families already there;
+  (PyTorch and a same-size copy) in one long-lived child (torch loads once, then runs each
+  family's torch expression once while no job waits: an op's first call can take seconds); until
+  that child says it is ready, the first families' baselines are held back and the GPU goes on
+  with the next versions; the family's results, baselines included, go to the JSON file as soon
+  as its baselines are done, so a stopped bench keeps all it finished and `--resume` skips the
+  families already there;
 * timing: every block size briefly, then the front-runners (within 5% of the best, two at
   most) with the rest of the budget, going on from their screening samples (providers.py).
 """
@@ -53,6 +56,9 @@ from .ledger import Ledger, hand_offs  # noqa: F401
 from .options import Options, Progress, RowJob, quiet  # noqa: F401
 from .results import BenchRun, FamilyResult, Row, load, save
 from .staged import StagedCases
+
+# At most this many families benched while their baselines wait for the baselines' child (bench)
+HELD_BACK = 12
 
 # Re-exported above (importable from here as before the session was split): the case store's
 # build_cases, estimated_case_bytes and budget, the children's LINGER, the ledger's
@@ -194,8 +200,9 @@ class Session:
 
     # -- the loops ----------------------------------------------------------------------------
     def bench_family(self, family: Family, precision: str = "fp32", versions: list[Version] | None = None,
-                     on_row: Callable[[Row], None] | None = None) -> FamilyResult:
-        """Every version of the family at one precision, then its baselines."""
+                     on_row: Callable[[Row], None] | None = None, baselines: bool = True) -> FamilyResult:
+        """Every version of the family at one precision, then its baselines (baselines=False:
+        later, by finish_baselines)."""
         started = time.perf_counter()
         sizes = self.sizes_for(family)
         result = FamilyResult(family.name, family.title, sizes, family.bytes_moved(sizes, precision),
@@ -208,10 +215,17 @@ class Session:
                 t0 = time.perf_counter()
                 on_row(row)
                 self.ledger.spent("writing and printing results", t0)
-        result.torch, result.copy = self.run_baselines(family, sizes, precision)
-        self.children.release()  # their exits overlap the next family's staging
         result.seconds = round(time.perf_counter() - started, 2)
+        if baselines:
+            self.finish_baselines(family, result)
+        self.children.release()  # their exits overlap the next family's staging
         return result
+
+    def finish_baselines(self, family: Family, result: FamilyResult) -> None:
+        """A benched family's baselines, their seconds added to the family's."""
+        started = time.perf_counter()
+        result.torch, result.copy = self.run_baselines(family, result.sizes, result.precision)
+        result.seconds = round(result.seconds + time.perf_counter() - started, 2)
 
     def bench(self, families: list[Family], json_path: str | None = None, resume: bool = False,
               on_row: Callable[[Row], None] | None = None,
@@ -234,8 +248,8 @@ class Session:
                                      f"this is {run.device.get('name')}; give another --json path")
             run.families = earlier.families  # each was written whole, baselines included
         self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
-        for family, precision in self.store.ready_first(groups):
-            result = self.bench_family(family, precision, on_row=on_row)
+
+        def done(family: Family, result: FamilyResult) -> None:
             self.store.drop(family)
             run.put(result)
             self._stamp(run, started)
@@ -245,6 +259,31 @@ class Session:
             if on_family:
                 on_family(result)
             self.ledger.spent("writing and printing results", t0)
+
+        # Families whose baselines wait for the baselines' child: at a bench's start it imports
+        # torch and warms the torch expressions while the 16 cores are busy with nvcc and the
+        # references (10-20 s); the GPU goes on with the next families' versions meanwhile, and
+        # their baselines run once it says it is ready (or once HELD_BACK wait: their cases stay
+        # on disk until then). A bench stopped meanwhile loses their rows (--resume runs them).
+        held: list[tuple[Family, FamilyResult]] = []
+
+        def finish_held() -> None:
+            self.children.settle()  # no baseline is timed beside version children tearing down
+            for earlier, its_result in held:
+                self.finish_baselines(earlier, its_result)
+                done(earlier, its_result)
+            held.clear()
+
+        for family, precision in self.store.ready_first(groups):
+            if held and (len(held) >= HELD_BACK or self.children.baselines_ready()):
+                finish_held()
+            hold = self.options.time and not self.children.baselines_ready()
+            result = self.bench_family(family, precision, on_row=on_row, baselines=not hold)
+            if hold:
+                held.append((family, result))
+            else:
+                done(family, result)
+        finish_held()
         self.children.settle()
         self._stamp(run, started)
         if json_path:

@@ -57,6 +57,11 @@ class Children:
             self._baselines = Server(preload=preload).start()
         return self._baselines
 
+    def baselines_ready(self) -> bool:
+        """Whether the baselines' child has said it is ready (torch imported, the warm-ups done):
+        a job sent now is answered at once, not after an import. False before it is started."""
+        return self._baselines is not None and self._baselines.heard("ready")
+
     def release(self) -> None:
         """Let the finished version children go, all at once (see LINGER); their exits are waited
         for before the next version runs (settle), so whatever comes first overlaps them."""

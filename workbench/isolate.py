@@ -80,6 +80,7 @@ class Server:
         self._leaving: list[subprocess.Popen] = []    # let go, their exits not yet waited for (settle)
         self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
         self._n = 0
+        self._said = b""  # what the current child wrote on stdout besides its answers (heard)
 
     def _spawn(self) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "workbench.worker", "--serve"]
@@ -114,7 +115,22 @@ class Server:
         if self.proc is None or self.proc.poll() is not None:
             self._ahead = [p for p in self._ahead if p.poll() is None]
             self.proc = self._ahead.pop(0) if self._ahead else self._spawn()
+            self._said = b""
         return self.proc
+
+    def heard(self, line: str) -> bool:
+        """Whether the long-lived child has written this line of its own accord (worker.serve
+        writes "ready" once its preloads and warm-ups are done), read without waiting; False
+        before the child is started."""
+        proc = self.proc
+        if proc is None:
+            return False
+        while proc.poll() is None and select.select([proc.stdout], [], [], 0)[0]:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            self._said += chunk
+        return f"\n{line}\n".encode() in b"\n" + self._said
 
     def run(self, job: dict, timeout: float = DEFAULT_TIMEOUT) -> dict:
         self._n += 1
@@ -153,6 +169,8 @@ class Server:
                 # the answer is a line "done"; anything else a library printed is not
                 answered = b"\ndone\n" in b"\n" + seen
         answered_at = time.monotonic()
+        # a "ready" written while the job ran (heard); the answer is not something it said
+        self._said += b"".join(line + b"\n" for line in seen.split(b"\n")[:-1] if line != b"done")
         stderr = ""
         raw = _read(out)
         # A child done with its one job is waited for, or kept (linger) and let go with others:

@@ -367,9 +367,10 @@ def _torch_warm_steps(item: str) -> list[Callable[[], None]]:
     return [lambda n=name, p=precision: warm_torch(project.family(n), p) for name, precision in spec["groups"]]
 
 
-def lines_between(idle: list[Callable[[], None]], fd: int | None = None):
+def lines_between(idle: list[Callable[[], None]], fd: int | None = None, then: Callable[[], None] | None = None):
     """stdin's (or fd's) lines, read unbuffered, so that select() knows whether one is waiting:
-    while none is, the next of `idle` runs (a job that arrives waits for at most one of them)."""
+    while none is, the next of `idle` runs (a job that arrives waits for at most one of them);
+    `then` runs once they are all done (at once if there are none)."""
     import select
     fd, buf = sys.stdin.fileno() if fd is None else fd, b""
     while True:
@@ -380,6 +381,9 @@ def lines_between(idle: list[Callable[[], None]], fd: int | None = None):
                 except Exception:
                     pass  # a torch warm-up: the baseline's own check meets it and says what it is
                 continue
+            if not idle and then is not None:
+                then()
+                then = None
             chunk = os.read(fd, 4096)
             if not chunk:
                 if buf:
@@ -388,6 +392,14 @@ def lines_between(idle: list[Callable[[], None]], fd: int | None = None):
             buf += chunk
         line, buf = buf.split(b"\n", 1)
         yield line.decode()
+
+
+def _say_ready() -> None:
+    """"ready" on stdout: the preloads and warm-ups are done, a job now is answered at once (a
+    bench holds a family's baselines back until then: isolate.Server.heard). The parent reads
+    only "done" as a job's answer."""
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
 
 
 def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
@@ -425,7 +437,7 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
         except Exception:
             pass  # the job that needs it says so (an ImportError becomes "unavailable")
     done = 0
-    lines = lines_between(idle)
+    lines = lines_between(idle, then=_say_ready)
     for line in lines:
         path = line.strip()
         if not path:
