@@ -141,3 +141,26 @@ def test_a_failing_torch_baseline_says_which_output_and_how_far():
     line = render(report.torch_line(torch))
     assert line.startswith("torch: ") and "elements, max abs err" in line
     assert report.reason_line(wrong) in line
+
+
+def test_a_run_file_rewritten_family_by_family_reads_as_save_writes_it(tmp_path):
+    """RunFile (a bench's --json after each family) turns each family into text once; the file
+    is byte for byte what save() writes, at every step, and a family put again is written anew."""
+    from workbench.results import BenchRun, FamilyResult, Row, RunFile, load, save
+    run = BenchRun(device={"name": "GPU"}, ceiling={"gbps": 3000.0}, seconds={"total": 1.0})
+    out = RunFile(tmp_path / "run.json")
+    for i in range(3):
+        fam = FamilyResult(f"f{i}", "t", {"N": i}, 8, None, "fp32")
+        fam.versions.append(Row("version", f"f{i}", 1, "v", status="passed"))
+        run.put(fam)
+        run.seconds = {"total": float(i)}
+        out.save(run)
+        save(tmp_path / "whole.json", run)
+        assert (tmp_path / "run.json").read_text() == (tmp_path / "whole.json").read_text()
+    again = FamilyResult("f1", "t2", {"N": 9}, 8, None, "fp32")
+    run.put(again)
+    out.save(run)
+    assert [(f.family, f.title) for f in load(tmp_path / "run.json").families] == [("f0", "t"), ("f2", "t"), ("f1", "t2")]
+    empty = RunFile(tmp_path / "empty.json")
+    empty.save(BenchRun(device={}, ceiling={}))
+    assert load(tmp_path / "empty.json").families == []

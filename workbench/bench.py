@@ -54,7 +54,7 @@ from .errors import SizesError, UsageError
 from .family import PROJECT_ROOT, Family, Project, Version
 from .ledger import Ledger, hand_offs  # noqa: F401
 from .options import Options, Progress, RowJob, quiet  # noqa: F401
-from .results import BenchRun, FamilyResult, Row, load, save
+from .results import BenchRun, FamilyResult, Row, RunFile, load
 from .staged import StagedCases
 
 # At most this many families benched while their baselines wait for the baselines' child (bench)
@@ -248,46 +248,11 @@ class Session:
                                      f"this is {run.device.get('name')}; give another --json path")
             run.families = earlier.families  # each was written whole, baselines included
         self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
-
-        def done(family: Family, result: FamilyResult) -> None:
-            self.store.drop(family)
-            run.put(result)
-            self._stamp(run, started)
-            t0 = time.perf_counter()
-            if json_path:
-                save(json_path, run)  # after each family: nothing lost if a later one stops us
-            if on_family:
-                on_family(result)
-            self.ledger.spent("writing and printing results", t0)
-
-        # Families whose baselines wait for the baselines' child: at a bench's start it imports
-        # torch and warms the torch expressions while the 16 cores are busy with nvcc and the
-        # references (10-20 s); the GPU goes on with the next families' versions meanwhile, and
-        # their baselines run once it says it is ready (or once HELD_BACK wait: their cases stay
-        # on disk until then). A bench stopped meanwhile loses their rows (--resume runs them).
-        held: list[tuple[Family, FamilyResult]] = []
-
-        def finish_held() -> None:
-            self.children.settle()  # no baseline is timed beside version children tearing down
-            for earlier, its_result in held:
-                self.finish_baselines(earlier, its_result)
-                done(earlier, its_result)
-            held.clear()
-
+        finishing = Finishing(self, run, json_path, started, on_family)
         for family, precision in self.store.ready_first(groups):
-            if held and (len(held) >= HELD_BACK or self.children.baselines_ready()):
-                finish_held()
-            hold = self.options.time and not self.children.baselines_ready()
-            result = self.bench_family(family, precision, on_row=on_row, baselines=not hold)
-            if hold:
-                held.append((family, result))
-            else:
-                done(family, result)
-        finish_held()
-        self.children.settle()
-        self._stamp(run, started)
-        if json_path:
-            save(json_path, run)
+            hold = finishing.hold_next()
+            finishing.add(family, self.bench_family(family, precision, on_row=on_row, baselines=not hold), hold)
+        finishing.close()
         return run
 
     def _start_ahead(self, groups: list[tuple[Family, str]]) -> None:
@@ -349,6 +314,63 @@ class Session:
             return rows
         finally:
             self.options.time = saved
+
+
+class Finishing:
+    """A bench's families as their versions end: each one's baselines, then its cases dropped,
+    its result put in the run and written to the --json (RunFile), its table shown.
+
+    At a bench's start the baselines' child imports torch and warms the torch expressions while
+    the 16 cores are busy with nvcc and the references (10-20 s); until it says it is ready, a
+    family's baselines are held back and the GPU goes on with the next families' versions. The
+    held ones run once it is ready, or once HELD_BACK wait (their cases stay on disk until then).
+    A bench stopped meanwhile loses their rows (--resume runs them)."""
+
+    def __init__(self, session: Session, run: BenchRun, json_path: str | None, started: float,
+                 on_family: Callable[[FamilyResult], None] | None):
+        self.session, self.run, self.started, self.on_family = session, run, started, on_family
+        self.out = RunFile(json_path) if json_path else None
+        self.held: list[tuple[Family, FamilyResult]] = []
+
+    def hold_next(self) -> bool:
+        """Whether the next family's baselines wait (the held ones first run if the child is
+        ready by now, or if HELD_BACK wait)."""
+        children = self.session.children
+        if self.held and (len(self.held) >= HELD_BACK or children.baselines_ready()):
+            self.finish_held()
+        return self.session.options.time and not children.baselines_ready()
+
+    def add(self, family: Family, result: FamilyResult, held: bool) -> None:
+        if held:
+            self.held.append((family, result))
+        else:
+            self._done(family, result)
+
+    def finish_held(self) -> None:
+        self.session.children.settle()  # no baseline is timed beside version children tearing down
+        for family, result in self.held:
+            self.session.finish_baselines(family, result)
+            self._done(family, result)
+        self.held.clear()
+
+    def close(self) -> None:
+        self.finish_held()
+        self.session.children.settle()
+        self.session._stamp(self.run, self.started)
+        if self.out:
+            self.out.save(self.run)
+
+    def _done(self, family: Family, result: FamilyResult) -> None:
+        s = self.session
+        s.store.drop(family)
+        self.run.put(result)
+        s._stamp(self.run, self.started)
+        t0 = time.perf_counter()
+        if self.out:
+            self.out.save(self.run)  # after each family: nothing lost if a later one stops us
+        if self.on_family:
+            self.on_family(result)
+        s.ledger.spent("writing and printing results", t0)
 
 
 def _torch_and_copy(rows: list[Row], torch_row: Row | None) -> tuple[Row | None, Row | None]:
