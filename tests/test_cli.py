@@ -143,3 +143,25 @@ def test_help_works_without_a_gpu():
     for cmd in ([], ["run"], ["bench"], ["show"], ["list"]):
         r = invoke(*cmd, "--help")
         assert r.exit_code == 0 and "Usage" in r.output
+
+
+def test_the_lazy_verbs_load_when_asked_for_and_are_all_there(tmp_path):
+    """diff's and the trainer's modules are not imported by a plain command's start; each lazy
+    name is a command of the module it names, and every command of those modules is lazy."""
+    import subprocess
+    import sys
+
+    from workbench.cli import app
+    code = ("import sys; import workbench.cli; "
+            "print(sorted(m for m in ('workbench.cli.diff', 'workbench.cli.trainer', 'pygments', 'train.backends') if m in sys.modules))")
+    from conftest import ROOT
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    import importlib
+    for module in set(app.cli.lazy.values()):
+        names = {c.name for c in importlib.import_module(f"workbench.cli.{module}").commands}
+        assert names == {n for n, m in app.cli.lazy.items() if m == module}
+    r = CliRunner().invoke(cli, ["--help"])
+    assert all(name in r.output for name in app.cli.lazy)
+    r = CliRunner().invoke(cli, ["promoted", "--help"])
+    assert r.exit_code == 0 and "promoted [OPTIONS]" in r.output

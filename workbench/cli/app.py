@@ -25,7 +25,21 @@ err_console = Console(stderr=True, highlight=False)
 
 
 class Workbench(click.Group):
-    """Turns a WorkbenchError anywhere below into one red line and its exit code."""
+    """Turns a WorkbenchError anywhere below into one red line and its exit code; loads the
+    modules of `lazy` commands (name -> module of this package) when one of them is asked for."""
+
+    lazy: dict[str, str] = {}
+
+    def get_command(self, ctx, name):
+        if name not in self.commands and name in self.lazy:
+            import importlib
+            module = importlib.import_module(f"{__package__}.{self.lazy[name]}")
+            for command in module.commands:
+                self.add_command(command)
+        return super().get_command(ctx, name)
+
+    def list_commands(self, ctx):
+        return sorted({*self.commands, *self.lazy})
 
     def invoke(self, ctx):
         try:

@@ -9,7 +9,6 @@ import sys
 
 import click
 from rich.markup import escape
-from rich.syntax import Syntax
 
 from .. import report
 from ..errors import SizesError, UsageError, WorkbenchError
@@ -46,6 +45,7 @@ def show(project: Project, family, version, no_source):
     console.print(report.version_panel(v))
     if not no_source:
         start = report.source_start(v.source)
+        from rich.syntax import Syntax  # pygments: ~0.1 s of every command's start, loaded for show alone
         console.print(Syntax(v.source[start:].lstrip("\n"), "cuda", line_numbers=True, theme="ansi_dark",
                              start_line=v.source[:start].count("\n") + 1), soft_wrap=True)  # long lines: never cut
 
