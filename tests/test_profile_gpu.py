@@ -35,8 +35,11 @@ def profiled(ncu, family, number, block_size=None):
 
 def plausible(k):
     assert k.duration_us is not None and k.duration_us > 0
-    for pct in (k.dram_pct, k.sm_pct, k.occupancy_pct, k.l2_hit_pct):
-        assert pct is not None and 0 <= pct <= 100.5
+    for name, pct in (("dram", k.dram_pct), ("sm", k.sm_pct), ("occupancy", k.occupancy_pct)):
+        assert pct is not None and 0 <= pct <= 100.5, (name, pct)
+    # ncu's L2 hit rate (lts__t_sector_hit_rate.pct) is not bounded by 100: after layernorm_forward
+    # 4 lost its cooperative groups it read 103.5% on the H100 (the other three metrics were sane)
+    assert k.l2_hit_pct is not None and 0 <= k.l2_hit_pct <= 110, k.l2_hit_pct
     assert k.registers is not None and k.registers > 0
     assert k.sm_clock_ghz is not None and 0.5 < k.sm_clock_ghz < 3.0
     assert k.stalls and all(s.cycles > 0 and 0 < s.share <= 100 for s in k.stalls)
