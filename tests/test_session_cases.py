@@ -265,6 +265,9 @@ def test_families_benched_before_the_baselines_child_is_ready_get_their_baseline
         monkeypatch.setattr(session.children, "settle", lambda: events.append(("settle",)))
 
         def bench_family(f, precision, on_row=None, baselines=True):
+            if f.name == "f1":  # f0 is held: in the file already, waiting for its baselines
+                written = {r.family: r.baselines_pending for r in load(tmp_path / "b.json").families}
+                assert written == {"f0": True}
             events.append(("versions", f.name, baselines))
             result = FamilyResult(f.name, f.title, {}, 0, None, precision)
             result.seconds = 0.5
@@ -287,4 +290,28 @@ def test_families_benched_before_the_baselines_child_is_ready_get_their_baseline
         assert events[events.index(("baselines", name)) - 1] == ("settle",), "after the version children's exits"
     assert [e[1] for e in events if e[0] == "drop"] == baselines, "cases kept until the baselines ran"
     assert [f.family for f in run.families] == names
-    assert [f.family for f in load(tmp_path / "b.json").families] == names
+    assert [(f.family, f.baselines_pending) for f in load(tmp_path / "b.json").families] == [(n, False) for n in names]
+
+
+def test_resume_runs_again_a_family_whose_baselines_were_pending(monkeypatch, tmp_path):
+    from workbench.results import BenchRun, FamilyResult, save
+    project = Project(FIXTURES / "project")
+    done, pending = FamilyResult("done", "t", {}, 0), FamilyResult("pending", "t", {}, 0, baselines_pending=True)
+    save(tmp_path / "b.json", BenchRun(device={"name": "x"}, ceiling={}, families=[done, pending]))
+
+    class Fam:
+        def __init__(self, name):
+            self.name, self.versions = name, [type("V", (), {"precision": "fp32"})()]
+
+        def precision_names(self):
+            return ["fp32"]
+    benched = []
+    with Session(project, Options(stage=False)) as session:
+        monkeypatch.setattr(session, "_start_ahead", lambda groups: benched.append([f.name for f, _ in groups]))
+        monkeypatch.setattr(session.store, "reference_cost", lambda g: 0)
+        monkeypatch.setattr(session, "start_compiles", lambda versions: None)
+        monkeypatch.setattr(session, "new_run", lambda: BenchRun(device={"name": "x"}, ceiling={}))
+        monkeypatch.setattr(session.store, "ready_first", lambda gs: iter([]))
+        run = session.bench([Fam("done"), Fam("pending")], json_path=str(tmp_path / "b.json"), resume=True)
+    assert benched == [["pending"]]
+    assert [f.family for f in run.families] == ["done"]

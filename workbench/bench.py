@@ -235,8 +235,9 @@ class Session:
         a run on this device) are kept, not run again."""
         started = time.perf_counter()
         earlier = load(json_path) if resume and json_path and Path(json_path).exists() else None
+        kept = {f.key for f in earlier.families if not f.baselines_pending} if earlier is not None else set()
         groups = [(f, p) for f in families for p in f.precision_names()
-                  if any(v.precision == p for v in f.versions) and (earlier is None or earlier.family(f.name, p) is None)]
+                  if any(v.precision == p for v in f.versions) and (f.name, p) not in kept]
         groups.sort(key=self.store.reference_cost)  # the GPU starts on a family whose references are quick
         self._start_ahead(groups)
         t0 = time.perf_counter()
@@ -246,7 +247,7 @@ class Session:
             if earlier.device.get("name") != run.device.get("name"):
                 raise UsageError(f"--resume: {json_path} was measured on {earlier.device.get('name')}, "
                                      f"this is {run.device.get('name')}; give another --json path")
-            run.families = earlier.families  # each was written whole, baselines included
+            run.families = [f for f in earlier.families if f.key in kept]  # each written whole, baselines included
         self.start_compiles([v for f, p in groups for v in f.versions if v.precision == p])
         finishing = Finishing(self, run, json_path, started, on_family)
         for family, precision in self.store.ready_first(groups):
@@ -324,7 +325,8 @@ class Finishing:
     the 16 cores are busy with nvcc and the references (10-20 s); until it says it is ready, a
     family's baselines are held back and the GPU goes on with the next families' versions. The
     held ones run once it is ready, or once HELD_BACK wait (their cases stay on disk until then).
-    A bench stopped meanwhile loses their rows (--resume runs them)."""
+    A held family is written to the --json at once, marked as waiting for its baselines: a bench
+    stopped meanwhile keeps its rows, and --resume runs it again."""
 
     def __init__(self, session: Session, run: BenchRun, json_path: str | None, started: float,
                  on_family: Callable[[FamilyResult], None] | None):
@@ -343,6 +345,8 @@ class Finishing:
     def add(self, family: Family, result: FamilyResult, held: bool) -> None:
         if held:
             self.held.append((family, result))
+            result.baselines_pending = True
+            self.session.ledger.spent("writing and printing results", self._write(result))
         else:
             self._done(family, result)
 
@@ -350,6 +354,7 @@ class Finishing:
         self.session.children.settle()  # no baseline is timed beside version children tearing down
         for family, result in self.held:
             self.session.finish_baselines(family, result)
+            result.baselines_pending = False
             self._done(family, result)
         self.held.clear()
 
@@ -361,16 +366,20 @@ class Finishing:
             self.out.save(self.run)
 
     def _done(self, family: Family, result: FamilyResult) -> None:
-        s = self.session
-        s.store.drop(family)
-        self.run.put(result)
-        s._stamp(self.run, self.started)
-        t0 = time.perf_counter()
-        if self.out:
-            self.out.save(self.run)  # after each family: nothing lost if a later one stops us
+        self.session.store.drop(family)
+        t0 = self._write(result)
         if self.on_family:
             self.on_family(result)
-        s.ledger.spent("writing and printing results", t0)
+        self.session.ledger.spent("writing and printing results", t0)
+
+    def _write(self, result: FamilyResult) -> float:
+        """Put the family in the run and write the --json (nothing lost if a later one stops us)."""
+        self.run.put(result)
+        self.session._stamp(self.run, self.started)
+        t0 = time.perf_counter()
+        if self.out:
+            self.out.save(self.run)
+        return t0
 
 
 def _torch_and_copy(rows: list[Row], torch_row: Row | None) -> tuple[Row | None, Row | None]:

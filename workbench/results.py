@@ -265,6 +265,9 @@ class FamilyResult:
     torch: Row | None = None
     copy: Row | None = None
     seconds: float | None = None
+    # bench: the versions are done, the baselines not yet (Finishing holds them back); such a
+    # family is in the --json so that nothing measured is lost, and --resume runs it again
+    baselines_pending: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -314,7 +317,8 @@ class FamilyResult:
                 "flops": self.flops, "seconds": self.seconds, "versions": versions,
                 "torch": self.torch.to_json() if self.torch else None,
                 "copy": self.copy.to_json() if self.copy else None,
-                "best_version": best.version if best else None}
+                "best_version": best.version if best else None,
+                **({"baselines": "pending"} if self.baselines_pending else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "FamilyResult":
@@ -324,7 +328,8 @@ class FamilyResult:
                    precision=d.get("precision", "fp32"),
                    versions=[Row.from_json(v, name, "version") for v in d.get("versions", [])],
                    torch=Row.from_json(d["torch"], name, "torch") if d.get("torch") else None,
-                   copy=Row.from_json(d["copy"], name, "copy") if d.get("copy") else None)
+                   copy=Row.from_json(d["copy"], name, "copy") if d.get("copy") else None,
+                   baselines_pending=d.get("baselines") == "pending")
 
 
 @dataclass
@@ -431,8 +436,9 @@ def save(path: str | os.PathLike, run: BenchRun) -> None:
 
 class RunFile:
     """A bench's --json, written again after each family: the same text as save(), but each
-    family is turned into text once (FamilyResult objects are done when a bench puts them; a
-    family put again is a new object). Rewriting the whole run each time took ~0.1 s a family by
+    family is turned into text once (FamilyResult objects are done when a bench puts them, but
+    for those whose baselines are pending, written anew each time; a family put again is a new
+    object). Rewriting the whole run each time took ~0.1 s a family by
     the end of a bench --all (json's indented encoder is pure Python), 3-4 s of the bench."""
 
     def __init__(self, path: str | os.PathLike):
@@ -440,6 +446,8 @@ class RunFile:
         self._texts: dict[int, tuple[FamilyResult, str]] = {}  # id -> (the object, kept alive; its text)
 
     def _text(self, fam: FamilyResult) -> str:
+        if fam.baselines_pending:  # put again once its baselines are done: its text then changes
+            return textwrap.indent(json.dumps(fam.to_json(), indent=1, default=str), "  ")
         kept = self._texts.get(id(fam))
         if kept is None or kept[0] is not fam:
             kept = self._texts[id(fam)] = (fam, textwrap.indent(json.dumps(fam.to_json(), indent=1, default=str), "  "))
