@@ -37,8 +37,10 @@ def plausible(k):
     assert k.duration_us is not None and k.duration_us > 0
     for name, pct in (("dram", k.dram_pct), ("sm", k.sm_pct), ("occupancy", k.occupancy_pct)):
         assert pct is not None and 0 <= pct <= 100.5, (name, pct)
-    # ncu's L2 hit rate (lts__t_sector_hit_rate.pct) is not bounded by 100: after layernorm_forward
-    # 4 lost its cooperative groups it read 103.5% on the H100 (the other three metrics were sane)
+    # A profile of layernorm_forward 4 on the H100 (36594e3) failed the old common bound with one
+    # value of 103.5 (the message did not say which; a rerun passed, the L2 hit rate at 52.6%). Of
+    # the four, only ncu's L2 hit rate (lts__t_sector_hit_rate.pct) is a ratio of two counters that
+    # is not capped at 100, so it gets room; the others must stay within 100.5 and say their name.
     assert k.l2_hit_pct is not None and 0 <= k.l2_hit_pct <= 110, k.l2_hit_pct
     assert k.registers is not None and k.registers > 0
     assert k.sm_clock_ghz is not None and 0.5 < k.sm_clock_ghz < 3.0
