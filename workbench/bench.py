@@ -28,9 +28,9 @@ The order of work in a bench, and why:
   (PyTorch and a same-size copy) in one long-lived child (torch loads once, then runs each
   family's torch expression once while no job waits: an op's first call can take seconds); until
   that child says it is ready, the first families' baselines are held back and the GPU goes on
-  with the next versions; the family's results, baselines included, go to the JSON file as soon
-  as its baselines are done, so a stopped bench keeps all it finished and `--resume` skips the
-  families already there;
+  with the next versions; each family's results go to the JSON file as soon as its baselines are
+  done (a held family's at once, marked as waiting for them), so a stopped bench keeps all it
+  measured and `--resume` skips the families finished there;
 * timing: every block size briefly, then the front-runners (within 5% of the best, two at
   most) with the rest of the budget, going on from their screening samples (providers.py).
 """
