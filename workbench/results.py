@@ -20,7 +20,7 @@ import json
 import math
 import os
 import textwrap
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -425,9 +425,14 @@ def check_resume(path: str | os.PathLike | None, resume: bool) -> None:
         load(path)
 
 
+def json_text(payload: dict) -> str:
+    """A results file's text: indented by one space, what JSON cannot say as a string."""
+    return json.dumps(payload, indent=1, default=str)
+
+
 def write_json(path: str | os.PathLike, payload: dict) -> None:
     """Write atomically: a crash mid-write never leaves half a results file."""
-    write_text_atomic(path, json.dumps(payload, indent=1, default=str))
+    write_text_atomic(path, json_text(payload))
 
 
 def save(path: str | os.PathLike, run: BenchRun) -> None:
@@ -436,26 +441,25 @@ def save(path: str | os.PathLike, run: BenchRun) -> None:
 
 class RunFile:
     """A bench's --json, written again after each family: the same text as save(), but each
-    family is turned into text once (FamilyResult objects are done when a bench puts them, but
-    for those whose baselines are pending, written anew each time; a family put again is a new
-    object). Rewriting the whole run each time took ~0.1 s a family by
-    the end of a bench --all (json's indented encoder is pure Python), 3-4 s of the bench."""
+    family is turned into text once (a bench puts a family when it is done, and a family put again
+    is a new object), except one whose baselines are pending, which changes once they are done.
+    Rewriting the whole run each time took ~0.1 s a family by the end of a bench --all (json's
+    indented encoder is pure Python), 3-4 s of the bench."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = path
         self._texts: dict[int, tuple[FamilyResult, str]] = {}  # id -> (the object, kept alive; its text)
 
     def _text(self, fam: FamilyResult) -> str:
-        if fam.baselines_pending:  # put again once its baselines are done: its text then changes
-            return textwrap.indent(json.dumps(fam.to_json(), indent=1, default=str), "  ")
-        kept = self._texts.get(id(fam))
-        if kept is None or kept[0] is not fam:
-            kept = self._texts[id(fam)] = (fam, textwrap.indent(json.dumps(fam.to_json(), indent=1, default=str), "  "))
-        return kept[1]
+        if id(fam) in self._texts:
+            return self._texts[id(fam)][1]
+        text = textwrap.indent(json_text(fam.to_json()), "  ")
+        if not fam.baselines_pending:
+            self._texts[id(fam)] = (fam, text)
+        return text
 
     def save(self, run: BenchRun) -> None:
-        head = run.to_json() if not run.families else BenchRun(**{**run.__dict__, "families": []}).to_json()
-        text = json.dumps(head, indent=1, default=str)
+        text = json_text(replace(run, families=[]).to_json())
         if run.families:
             assert text.endswith('"families": []\n}')
             text = text[:-len("[]\n}")] + "[\n" + ",\n".join(self._text(f) for f in run.families) + "\n ]\n}"

@@ -445,8 +445,7 @@ def serve(max_jobs: int | None = None, preload: tuple[str, ...] = ()) -> None:
                 library_calls.warm([name])
                 continue
             if name == "torch":
-                _import_torch()
-                continue
+                continue  # imported first, above
             importlib.import_module(name)
         except Exception:
             pass  # the job that needs it says so (an ImportError becomes "unavailable")
