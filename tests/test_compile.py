@@ -11,9 +11,9 @@ from conftest import ROOT
 VERSIONS = [v for fam in Project(ROOT).families() for v in fam.versions]
 
 
-# sm_90 (the H100 and H200) in the default run; sm_80 (an A100: portability) with the slow cases,
-# which CI runs too.
-@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.slow), "sm_90"])
+# sm_90a (the H100 and H200, wgmma included) in the default run; sm_80 (an A100: portability) with
+# the slow cases, which CI runs too.
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.slow), "sm_90a"])
 @pytest.mark.parametrize("version", VERSIONS, ids=lambda v: f"{v.family.name}-{v.number}")
 def test_every_version_compiles(nvcc, version, arch):
     resources, _ = compile_only(version.path, arch)

@@ -10,7 +10,7 @@ and line. ptxas runs with `-v`; its report (registers, spills, stack, shared mem
 is parsed and cached beside PyCUDA's cubin cache.
 
 Without a GPU, `compile_only` runs the `nvcc` on PATH on the same file with the same options for
-any arch (the CPU tests build every version for sm_80 and sm_90 this way).
+any arch (the CPU tests build every version for sm_80 and sm_90a this way).
 """
 
 from __future__ import annotations
@@ -166,9 +166,15 @@ def compile_only(path: Path, arch: str, extra: list[str] | None = None) -> tuple
     return parse_ptxas(text), _shorten(diagnostics(text), path)
 
 
+# Compute capabilities whose arch-specific features (the "a" targets) versions may use: 9.0's
+# wgmma and setmaxnreg exist only in code built for sm_90a, which runs on 9.0 devices alone.
+ARCH_SPECIFIC = {"9.0"}
+
+
 def sm_arch(compute_capability: str) -> str:
-    """nvcc's name for a compute capability: "9.0" -> "sm_90"."""
-    return "sm_" + compute_capability.replace(".", "")
+    """nvcc's name for the code a device of this compute capability runs: "8.0" -> "sm_80";
+    "9.0" -> "sm_90a" (the Hopper-only instructions included)."""
+    return "sm_" + compute_capability.replace(".", "") + ("a" if compute_capability in ARCH_SPECIFIC else "")
 
 
 def device_arch() -> str:

@@ -53,8 +53,9 @@ def show(project: Project, family, version, no_source):
 @cli.command("compile")
 @click.argument("family", required=False)
 @click.argument("version", required=False)
-@click.option("--arch", "archs", multiple=True, default=["sm_90"], show_default=True,
-              help="Target arch (repeatable), e.g. --arch sm_80 --arch sm_90.")
+@click.option("--arch", "archs", multiple=True, default=["sm_90a"], show_default=True,
+              help="Target arch (repeatable), e.g. --arch sm_80 --arch sm_90a (sm_90a: the H100's own code, "
+                   "wgmma included).")
 @click.pass_obj
 def compile_cmd(project: Project, family, version, archs):
     """Compile versions with the nvcc on PATH (no GPU needed) and show ptxas's resource report."""
