@@ -67,3 +67,28 @@ def test_the_compile_table_wraps_at_80_columns_instead_of_cutting(monkeypatch):
         assert set(header.split()) <= words, header
     column = [line.split("│")[3].strip() for line in r.output.splitlines() if line.startswith("│")]
     assert "".join(column) == kernel, column  # folded over lines, all of it there
+
+
+def test_a_device_of_compute_capability_9_builds_for_sm_90a():
+    from workbench.compile import sm_arch
+    assert sm_arch("9.0") == "sm_90a"  # wgmma and setmaxnreg exist only there
+    assert sm_arch("8.0") == "sm_80" and sm_arch("8.6") == "sm_86"
+
+
+def _ptx(nvcc, path, arch, tmp_path):
+    import subprocess
+    from workbench.compile import flags, include_dirs
+    out = tmp_path / f"{arch}.ptx"
+    subprocess.run([nvcc, "-ptx", f"-arch={arch}", *flags(), *(f"-I{d}" for d in include_dirs(path)),
+                    "-o", str(out), str(path)], check=True, capture_output=True, timeout=120)
+    return out.read_text()
+
+
+def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path):
+    """attention_forward 12's products are wgmma in the sm_90a build; any other build is the stub
+    that traps (the header says so) rather than code that would compute something else."""
+    v = Project(ROOT).family("attention_forward").version(12)
+    hopper = _ptx(nvcc, v.path, "sm_90a", tmp_path)
+    assert hopper.count("wgmma.mma_async") == 8 and "fence.proxy.async" in hopper and "trap;" not in hopper
+    ampere = _ptx(nvcc, v.path, "sm_80", tmp_path)
+    assert "wgmma" not in ampere and "trap;" in ampere
