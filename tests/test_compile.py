@@ -84,11 +84,16 @@ def _ptx(nvcc, path, arch, tmp_path):
     return out.read_text()
 
 
-def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path):
-    """attention_forward 12's products are wgmma in the sm_90a build; any other build is the stub
-    that traps (the header says so) rather than code that would compute something else."""
-    v = Project(ROOT).family("attention_forward").version(12)
+@pytest.mark.parametrize("number", [12, 13])
+def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path, number):
+    """attention_forward 12 and 13's products are wgmma in the sm_90a build (4 for S, 4 for P V);
+    any other build is the stub that traps (their headers say so) rather than code that would
+    compute something else. 13 hands its tiles over through mbarriers, fed by its copies."""
+    v = Project(ROOT).family("attention_forward").version(number)
     hopper = _ptx(nvcc, v.path, "sm_90a", tmp_path)
     assert hopper.count("wgmma.mma_async") == 8 and "fence.proxy.async" in hopper and "trap;" not in hopper
+    if number == 13:
+        assert "cp.async.mbarrier.arrive.noinc" in hopper and "mbarrier.try_wait.parity" in hopper
+        assert "bar.sync" in hopper and hopper.count("bar.sync") == 1  # the one barrier: after the mbarriers' init
     ampere = _ptx(nvcc, v.path, "sm_80", tmp_path)
     assert "wgmma" not in ampere and "trap;" in ampere
