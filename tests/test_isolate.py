@@ -143,3 +143,24 @@ def test_a_long_lived_child_says_it_is_ready_and_that_line_is_no_jobs_answer():
         assert server.heard("ready") and not server.heard("done")
     finally:
         server.close()
+
+
+def test_closing_without_waiting_survives_a_folder_a_child_still_writes_into(monkeypatch):
+    """close(wait=False) does not wait for the children's exits: one may still be writing into its
+    job folder when the server removes its temporary folder. That must not end the session (a
+    `workbench run` whose work was done) with a traceback; seen on an H200 as 'Directory not empty'."""
+    import errno
+    import os
+    from pathlib import Path
+    server = Server()
+    busy = Path(server._tmp.name) / "2"
+    busy.mkdir()
+    (busy / "result").write_text("late")
+    real_rmdir = os.rmdir
+
+    def rmdir(path, *args, **kwargs):
+        if str(path) == "2":  # shutil removes entries relative to their parent's descriptor
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", "2")
+        return real_rmdir(path, *args, **kwargs)
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    server.close(wait=False)  # raised OSError before

@@ -78,7 +78,9 @@ class Server:
         self._ahead: list[subprocess.Popen] = []   # started, not yet given a job (jobs_per_child == 1)
         self._lingering: list[subprocess.Popen] = []  # done with their one job, not yet let go (release)
         self._leaving: list[subprocess.Popen] = []    # let go, their exits not yet waited for (settle)
-        self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-")
+        # A child let go without waiting (close(wait=False)) may still be writing into its folder
+        # while the folder is removed: what it leaves is not worth a traceback at the session's end.
+        self._tmp = tempfile.TemporaryDirectory(prefix="workbench-server-", ignore_cleanup_errors=True)
         self._n = 0
         self._said = b""  # what the current child wrote on stdout besides its answers (heard)
 
