@@ -150,3 +150,51 @@ def test_show_and_diff_use_it():
     assert one.exit_code == 0 and one.output == two.output, one.output
     r = CliRunner().invoke(cli, ["diff", "gelu_forward", "1"])
     assert r.exit_code == 2 and "builds on no earlier version" in r.output and "Traceback" not in r.output
+
+
+# -- arch: a version that is one arch's code only ---------------------------------------------------
+@pytest.mark.parametrize("line", ['arch = "90a"', 'arch = "sm_90a sm_80"', "arch = 90", 'arch = "compute_90a"'])
+def test_a_bad_arch_is_refused_in_one_line(tmp_path, line):
+    project = make_project(tmp_path, GOOD_FAMILY, {"1_v1.cu": GOOD_VERSION, **versions(**{"2": line})})
+    with pytest.raises(ContractError, match="arch") as e:
+        project.family("scale").versions
+    assert "\n" not in str(e.value)
+
+
+def test_arch_is_read_and_says_why_another_device_cannot_run_the_version(tmp_path):
+    fam = make_project(tmp_path, GOOD_FAMILY, {"1_v1.cu": GOOD_VERSION, **versions(**{"2": 'arch = "sm_90a"'})}) \
+        .family("scale")
+    any_arch, hopper = fam.versions
+    assert any_arch.arch is None and any_arch.arch_refusal("sm_80") is None
+    assert hopper.arch == "sm_90a" and hopper.arch_refusal("sm_90a") is None
+    assert "needs sm_90a" in hopper.arch_refusal("sm_80") and "sm_80" in hopper.arch_refusal("sm_80")
+
+
+def test_the_wgmma_versions_declare_their_arch():
+    fam = Project(ROOT).family("attention_forward")
+    assert [v.number for v in fam.versions if v.arch == "sm_90a"] == [12, 13]
+    r = CliRunner().invoke(cli, ["show", "attention_forward", "13", "--no-source"])
+    assert r.exit_code == 0 and re.search(r"arch +sm_90a only", r.output), r.output
+
+
+def test_a_session_on_another_arch_refuses_the_version_before_making_its_cases(tmp_path):
+    from workbench.bench import Options, Session
+    project = Project(ROOT)
+    with Session(project, Options(seeds=1, time=False, stage=False)) as session:
+        session.device_arch = lambda: "sm_80"  # an A100
+        made = []
+        session.store.cases = lambda *a, **k: made.append(a)  # must not be reached
+        row = session.run_version(project.family("attention_forward").version(13))
+    assert row.status == "refused" and "needs sm_90a" in row.reason and "sm_80" in row.reason
+    assert made == []
+
+
+def test_a_child_on_another_arch_refuses_the_version_instead_of_launching_its_stub(monkeypatch):
+    """The path of `profile` and of any job a child runs: the provider says why before it loads
+    the module (what sm_80 builds of version 13 is a trap)."""
+    from workbench import compile as wb_compile
+    from workbench.providers import VersionProvider
+    monkeypatch.setattr(wb_compile, "device_arch", lambda: "sm_80")
+    monkeypatch.setattr(wb_compile, "load_module", lambda *a, **k: pytest.fail("loaded the module"))
+    with pytest.raises(ContractError, match=r"attention_forward 13 needs sm_90a .*sm_80"):
+        VersionProvider(Project(ROOT).family("attention_forward").version(13))

@@ -128,9 +128,13 @@ class Session:
     def sizes_for(self, family: Family) -> dict[str, int]:
         return self.options.sizes_for(family)
 
-    def start_compiles(self, versions: list[Version]) -> None:
+    def device_arch(self) -> str:
+        """nvcc's name for the code this session's device runs ("sm_90a" on an H100)."""
         from .compile import sm_arch
-        self.compiles.start(versions, sm_arch(self.device()["device"]["compute_capability"]))
+        return sm_arch(self.device()["device"]["compute_capability"])
+
+    def start_compiles(self, versions: list[Version]) -> None:
+        self.compiles.start(versions, self.device_arch())
 
     # -- rows ---------------------------------------------------------------------------------
     def request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:
@@ -152,6 +156,9 @@ class Session:
             return row
         if why := version.unlisted_block_sizes(self.options.block_sizes or ()):
             raise SizesError(why)
+        if version.arch and (why := version.arch_refusal(self.device_arch())):  # before any case is made
+            row.status, row.reason = "refused", why
+            return row
         cases = self.store.cases(family, sizes, version.precision, extra_sizes)  # before the device is asked for
         req = {**self.request(family, sizes, version.precision),
                "providers": [{"kind": "version", "version": version.number}], "cases": cases}

@@ -190,10 +190,19 @@ class Version:
     builds_on: int | None = None
     # The cases tests/test_emulator.py runs on the CPU SIMT emulator (kernels/README.md).
     emulate: tuple[EmulatorCases, ...] = ()
+    # The only arch whose code does the version's work (nvcc's name, e.g. "sm_90a" for wgmma), or
+    # None: any. Elsewhere it is refused before a launch (what it builds there is a stub).
+    arch: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.family.name} {self.number}"
+
+    def arch_refusal(self, device_arch: str) -> str | None:
+        """Why the version cannot run on a device that builds `device_arch`, or None."""
+        if self.arch is None or self.arch == device_arch:
+            return None
+        return f"needs {self.arch} code (its header's arch), and this device builds {device_arch}"
 
     @property
     def args(self) -> list[Arg]:
@@ -609,7 +618,11 @@ def load_version(family: Family, number: int, path: Path) -> Version:
     where = str(path)
     h = parse_header(path)
     _no_extra(h, {"title", "changed", "why", "preconditions", "block_sizes", "scratch", "launch",
-                  "tolerance", "derived", "precision", "deterministic", "variant", "builds_on", "emulate"}, where)
+                  "tolerance", "derived", "precision", "deterministic", "variant", "builds_on", "emulate",
+                  "arch"}, where)
+    arch = _want(h, "arch", str, where, None)
+    if arch is not None and not re.fullmatch(r"sm_\d+a?", arch):
+        raise ContractError(f"{where}: arch must be nvcc's name of one target, e.g. \"sm_90a\"; got {arch!r}")
     precision = _want(h, "precision", str, where, "fp32")
     if precision != "fp32" and precision not in family.precisions:
         raise ContractError(f"{where}: precision {precision!r} is not one the family's contract lists "
@@ -665,7 +678,8 @@ def load_version(family: Family, number: int, path: Path) -> Version:
         atol=tol.get("atol"), rtol=tol.get("rtol"), derived=derived, precision=precision,
         deterministic=_want(h, "deterministic", bool, where, True), variant=_want(h, "variant", str, where, None),
         builds_on=_builds_on(h, family, number, where),
-        emulate=_emulate(_want(h, "emulate", list, where, []), family, tuple(block_sizes) or (None,), where))
+        emulate=_emulate(_want(h, "emulate", list, where, []), family, tuple(block_sizes) or (None,), where),
+        arch=arch)
     known = set(family.sizes) | set(family.derived) | set(family.params) | DEVICE_NAMES | set(derived)
     texts = [*v.preconditions, *(s.size for s in scratch), *derived.values()]
     for st in steps:

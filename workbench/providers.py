@@ -24,6 +24,7 @@ import numpy as np
 
 from . import expr
 from .check import INT_POISON, Case, compare_all
+from .errors import ContractError
 from .family import DTYPES, Arg, Family, Version
 from .options import RowJob
 from .results import CheckSummary, Measured, Row
@@ -197,6 +198,9 @@ class VersionProvider(Provider):
         self.v = version
         self.family = version.family
         self.version, self.title = version.number, version.title
+        if version.arch and (why := version.arch_refusal(wb_compile.device_arch())):
+            # What it would build here is a stub (a trap): say why instead of launching it.
+            raise ContractError(f"{version.label} {why}")
         self.module, self.resources, self.warnings = wb_compile.load_module(version.path)
         self._configs = list(block_sizes or version.block_sizes)
         self._described: list[str] = []

@@ -304,6 +304,8 @@ def version_panel(v: Version) -> Panel:
         grid.add_row("why faster", escape(v.why))
     pre = [*v.family.preconditions, *v.preconditions]
     grid.add_row("preconditions", escape(" and ".join(pre)) if pre else "none")
+    if v.arch:
+        grid.add_row("arch", f"{v.arch} only (refused on any other device)")
     grid.add_row("block sizes", ", ".join(str(b) for b in v.block_sizes) if v.block_sizes != (None,) else "-")
     for s in v.scratch:
         grid.add_row("scratch", f"{s.name}: {s.size} x {s.dtype}")

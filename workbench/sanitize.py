@@ -133,6 +133,9 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
         if not usable:
             requests[v.path] = None
             continue
+        if v.arch and (why := v.arch_refusal(session.device_arch())):
+            requests[v.path] = why
+            continue
         cases = session.store.cases(v.family, usable[0], v.precision, extra_sizes=usable[1:], seeds=1)
         requests[v.path] = {**session.request(v.family, usable[0], v.precision), "time": False,
                             "providers": [{"kind": "version", "version": v.number}], "cases": cases}
@@ -143,6 +146,8 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
         v, tool, req = job
         if req is None:
             return Finding(v, tool, "skipped", reason="no test size meets its preconditions")
+        if isinstance(req, str):
+            return Finding(v, tool, "skipped", reason=req)
         res = run_job(req, timeout, prefix=commands[tool])
         out = (res.get("_stdout") or "") + "\n" + (res.get("stderr") or "")
         errors, lines = parse(out)
