@@ -181,7 +181,7 @@ def test_a_session_on_another_arch_refuses_the_version_before_making_its_cases(t
     from workbench.bench import Options, Session
     project = Project(ROOT)
     with Session(project, Options(seeds=1, time=False, stage=False)) as session:
-        session.device_arch = lambda: "sm_80"  # an A100
+        session.device = lambda refresh=False: {"device": {"compute_capability": "8.0"}}  # an A100
         made = []
         session.store.cases = lambda *a, **k: made.append(a)  # must not be reached
         row = session.run_version(project.family("attention_forward").version(13))

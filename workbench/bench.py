@@ -48,6 +48,7 @@ from typing import Callable
 from .baselines import KeptBaselines, baseline_specs  # noqa: F401  (baseline_specs: importable from here)
 from .cases import CASE_BUDGET_MIN, CASE_BUDGET_SHARE, CaseStore, build_cases, estimated_case_bytes  # noqa: F401
 from .children import LINGER, Children  # noqa: F401
+from .compile import arch_of
 from .compiles import Compiles
 from .device import Probe, probe_device, require_pycuda  # noqa: F401  (the CLI imports them from here)
 from .errors import SizesError, UsageError
@@ -128,13 +129,8 @@ class Session:
     def sizes_for(self, family: Family) -> dict[str, int]:
         return self.options.sizes_for(family)
 
-    def device_arch(self) -> str:
-        """nvcc's name for the code this session's device runs ("sm_90a" on an H100)."""
-        from .compile import sm_arch
-        return sm_arch(self.device()["device"]["compute_capability"])
-
     def start_compiles(self, versions: list[Version]) -> None:
-        self.compiles.start(versions, self.device_arch())
+        self.compiles.start(versions, arch_of(self.device()))
 
     # -- rows ---------------------------------------------------------------------------------
     def request(self, family: Family, sizes: dict[str, int], precision: str) -> dict:
@@ -150,15 +146,14 @@ class Session:
         family = version.family
         sizes = sizes or self.sizes_for(family)
         row = Row("version", family.name, version.number, version.title, sizes=sizes)
-        unmet = version.unmet(sizes)
-        if unmet:
-            row.status, row.reason = "refused", f"requires {' and '.join(unmet)}"
+        # Sizes outside its preconditions, or a device it has no code for: refused before any case is made.
+        why = f"requires {' and '.join(unmet)}" if (unmet := version.unmet(sizes)) else \
+            version.arch and version.arch_refusal(arch_of(self.device()))
+        if why:
+            row.status, row.reason = "refused", why
             return row
         if why := version.unlisted_block_sizes(self.options.block_sizes or ()):
             raise SizesError(why)
-        if version.arch and (why := version.arch_refusal(self.device_arch())):  # before any case is made
-            row.status, row.reason = "refused", why
-            return row
         cases = self.store.cases(family, sizes, version.precision, extra_sizes)  # before the device is asked for
         req = {**self.request(family, sizes, version.precision),
                "providers": [{"kind": "version", "version": version.number}], "cases": cases}

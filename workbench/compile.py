@@ -177,6 +177,11 @@ def sm_arch(compute_capability: str) -> str:
     return "sm_" + compute_capability.replace(".", "") + ("a" if compute_capability in ARCH_SPECIFIC else "")
 
 
+def arch_of(probed: dict) -> str:
+    """The arch of the device a session probed ({"device": {"compute_capability": "9.0"}, ...})."""
+    return sm_arch(probed["device"]["compute_capability"])
+
+
 def device_arch() -> str:
     import pycuda.driver as drv
     return sm_arch("%d.%d" % drv.Context.get_device().compute_capability())

@@ -126,6 +126,7 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
              on_finding: Callable[[Finding], None] | None = None) -> list[Finding]:
     """Run every (version, tool) pair, tool by tool (every version's memcheck first, so a run cut
     short has the most telling tool everywhere); returns the findings in that order."""
+    from .compile import arch_of
     requests = {}
     for v in versions:
         sizes = v.family.test_sizes
@@ -133,7 +134,7 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
         if not usable:
             requests[v.path] = None
             continue
-        if v.arch and (why := v.arch_refusal(session.device_arch())):
+        if v.arch and (why := v.arch_refusal(arch_of(session.device()))):
             requests[v.path] = why
             continue
         cases = session.store.cases(v.family, usable[0], v.precision, extra_sizes=usable[1:], seeds=1)
