@@ -97,3 +97,17 @@ def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path,
         assert "bar.sync" in hopper and hopper.count("bar.sync") == 1  # the one barrier: after the mbarriers' init
     ampere = _ptx(nvcc, v.path, "sm_80", tmp_path)
     assert "wgmma" not in ampere and "trap;" in ampere
+
+
+PTXAS_SAID = """ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function 'k'
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'k' for 'sm_90a'
+ptxas info    : Function properties for k
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers"""
+
+
+def test_ptxas_performance_advisories_are_kept_with_the_warnings_and_its_resource_chatter_is_not():
+    from workbench.compile import diagnostics
+    kept = diagnostics(PTXAS_SAID)
+    assert kept.splitlines() == [PTXAS_SAID.splitlines()[0]]  # the serialised wgmma, and only it

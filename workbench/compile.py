@@ -125,11 +125,18 @@ def parse_ptxas(text: str) -> dict[str, Resources]:
     return out
 
 
+# ptxas says some things worth a warning as "info": on sm_90a, C7515/C7510 "Potential Performance
+# Loss: wgmma.mma_async instructions are serialized ..." means the asynchronous products wait for
+# each other, which undoes what a wgmma kernel is written for.
+PTXAS_ADVISORY = re.compile(r"Potential Performance Loss")
+
+
 def diagnostics(text: str) -> str:
-    """nvcc's output minus ptxas's resource chatter: the warnings a reader should see."""
+    """nvcc's output minus ptxas's resource chatter: the warnings a reader should see, ptxas's
+    performance advisories included."""
     keep = [line for line in text.splitlines()
-            if line.strip() and not line.startswith("ptxas info") and not PTXAS_FRAME.search(line)
-            and "The CUDA compiler succeeded" not in line]
+            if line.strip() and (not line.startswith("ptxas info") or PTXAS_ADVISORY.search(line))
+            and not PTXAS_FRAME.search(line) and "The CUDA compiler succeeded" not in line]
     return "\n".join(keep)
 
 
