@@ -182,3 +182,19 @@ def test_sanitize_on_the_command_line_writes_its_json_and_fails_on_a_finding(tmp
     assert found["complete"] is True
     assert [(f["version"], f["tool"], f["status"]) for f in found["findings"]] == [(8, "memcheck", "errors")]
     assert res.exit_code == 1, res.output
+
+
+def test_a_version_for_another_arch_is_skipped_with_its_reason_and_nothing_runs(monkeypatch):
+    """sanitize on an A100 with attention_forward 13 (sm_90a code): no cases, no job, a skip that says why."""
+    class Session:  # what sanitize asks of a session before any job
+        def device(self):
+            return {"device": {"compute_capability": "8.0"}}
+
+        def __getattr__(self, name):
+            raise AssertionError(f"sanitize used session.{name} for a version it cannot run")
+    monkeypatch.setattr(sanitize, "usable_command", lambda tool: ["compute-sanitizer", "--tool", tool])
+    monkeypatch.setattr(sanitize, "run_job", lambda *a, **k: pytest.fail("a job ran"))
+    v = Project().family("attention_forward").version(13)
+    findings = sanitize.sanitize(Session(), [v], tools=("memcheck", "racecheck"))
+    assert [(f.tool, f.status) for f in findings] == [("memcheck", "skipped"), ("racecheck", "skipped")]
+    assert all("needs sm_90a" in f.reason and "sm_80" in f.reason for f in findings)

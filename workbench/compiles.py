@@ -50,10 +50,10 @@ class Compiles:
         of the probe kept for this machine, or (a fresh machine) the one the pool's process asks
         the driver for; so on a fresh machine nvcc runs beside the probe and the child's start,
         not after them. Nothing starts where everything is cached."""
-        from .compile import sm_arch
+        from .compile import arch_of
         from .device import cached_probe, host_identity
         kept = cached_probe(host_identity())
-        self.start(versions, sm_arch(kept["device"]["compute_capability"]) if kept else None)
+        self.start(versions, arch_of(kept) if kept else None)
 
     def wait_for(self, version: Version) -> None:
         """Wait for the version's background compile, if one was started."""

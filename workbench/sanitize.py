@@ -131,10 +131,10 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
     for v in versions:
         sizes = v.family.test_sizes
         usable = [s for s in sizes if not v.unmet(s)]
-        if not usable:
-            requests[v.path] = None
-            continue
-        if v.arch and (why := v.arch_refusal(arch_of(session.device()))):
+        # A version that cannot run here keeps, instead of a job, why it is skipped.
+        why = "no test size meets its preconditions" if not usable else \
+            v.arch and v.arch_refusal(arch_of(session.device()))
+        if why:
             requests[v.path] = why
             continue
         cases = session.store.cases(v.family, usable[0], v.precision, extra_sizes=usable[1:], seeds=1)
@@ -145,8 +145,6 @@ def sanitize(session, versions: list[Version], tools=TOOLS, parallel: int = 4, t
 
     def one(job) -> Finding:
         v, tool, req = job
-        if req is None:
-            return Finding(v, tool, "skipped", reason="no test size meets its preconditions")
         if isinstance(req, str):
             return Finding(v, tool, "skipped", reason=req)
         res = run_job(req, timeout, prefix=commands[tool])
