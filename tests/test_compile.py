@@ -84,19 +84,32 @@ def _ptx(nvcc, path, arch, tmp_path):
     return out.read_text()
 
 
-@pytest.mark.parametrize("number", [12, 13])
+@pytest.mark.parametrize("number", [12, 13, 14])
 def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path, number):
-    """attention_forward 12 and 13's products are wgmma in the sm_90a build (4 for S, 4 for P V);
+    """attention_forward 12, 13 and 14's products are wgmma in the sm_90a build (4 for S, 4 for P V);
     any other build is the stub that traps (their headers say so) rather than code that would
-    compute something else. 13 hands its tiles over through mbarriers, fed by its copies."""
+    compute something else. 13 and 14 hand their tiles over through mbarriers, fed by their copies."""
     v = Project(ROOT).family("attention_forward").version(number)
     hopper = _ptx(nvcc, v.path, "sm_90a", tmp_path)
     assert hopper.count("wgmma.mma_async") == 8 and "fence.proxy.async" in hopper and "trap;" not in hopper
-    if number == 13:
+    if number >= 13:
         assert "cp.async.mbarrier.arrive.noinc" in hopper and "mbarrier.try_wait.parity" in hopper
         assert "bar.sync" in hopper and hopper.count("bar.sync") == 1  # the one barrier: after the mbarriers' init
     ampere = _ptx(nvcc, v.path, "sm_80", tmp_path)
     assert "wgmma" not in ampere and "trap;" in ampere
+
+
+def test_ptxas_serialises_the_wgmma_of_attention_forward_13_and_not_14(nvcc):
+    """Version 14 exists for this line of ptxas's: 13 leaves a P V in flight across its loop's
+    exit and is built with every wgmma serialised (C7515); 14 waits for it at once and is not.
+    Any advisory at all for 14 (registers: C7512, a divergent wait: C7518) would undo it."""
+    from workbench.compile import compile_only
+    family = Project(ROOT).family("attention_forward")
+    _, said13 = compile_only(family.version(13).path, "sm_90a")
+    resources, said14 = compile_only(family.version(14).path, "sm_90a")
+    assert "(C7515)" in said13
+    assert "Potential Performance Loss" not in said14, said14
+    assert resources["attention_forward14"].registers <= 102  # two blocks of 320 threads an SM
 
 
 PTXAS_SAID = """ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function 'k'

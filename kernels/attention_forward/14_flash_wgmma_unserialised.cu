@@ -1,0 +1,180 @@
+/*
+title = "bf16 wgmma flash attention, unserialised: P V waited for at once, so ptxas keeps the warpgroup MMA asynchronous"
+builds_on = 13
+precision = "bf16"
+changed = """
+One line of version 13 moves, and what ptxas builds changes with it:
+* Version 13 committed a tile's P V and waited for it only with the next tile's S, so the
+  product would run on behind the loop's bookkeeping. ptxas saw a path (the loop never entered:
+  o still its zeros) that merged with o from a P V in flight, and serialised every wgmma of the
+  kernel to be safe: "(C7515) Potential Performance Loss: wgmma.mma_async instructions are
+  serialized" (`workbench run` shows that line among the compiler's warnings).
+* Here each P V is waited for right after its commit. The warpgroup no longer overlaps its own
+  P V with its next copies' wait, but ptxas lets S's four wgmma and P V's four run as the
+  asynchronous pipelines they are. The other three warpgroups of the SM cover the wait.
+* A tile is still released (the "empty" mbarrier) after the next tile's S is waited for, as in
+  version 13: releasing it right after its own P V measured slower (notes).
+"""
+why = """
+ptxas's advisory is the compiler saying the code it emits is not the code written: wgmma issued
+one at a time, each waiting for the last. Reading it is worth more than any tuning: the same
+kernel with the wait moved is 4% faster. Measured (H200, B = 16, T = 1024, NH = 12, HS = 64, the
+trainer's shape; cuDNN = version 9 in the same calls, three calls): 91.5-92.6 us against cuDNN's
+87.0-87.5, 1.05x-1.06x (version 13: 96.4-97.3 us, 1.11x). 96 registers, two blocks an SM.
+Only HS = 64, and only on a Hopper (refused elsewhere, where the build is a stub that traps).
+"""
+preconditions = ["HS == 64"]
+arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
+
+[[launch]]
+kernel = "attention_forward14"
+grid = ["B * NH", "cdiv(T, 128)"]
+block = 320
+shared = "1024 + 128 * 128 + 4 * 2 * 64 * 128 + 128"
+args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
+*/
+
+#include "attention_fwd_mma.cuh"  // mask_causal, softmax_tile, rescale, store_rows (version 11's)
+#include "bf16.cuh"
+#include "mma.cuh"                // cp_async_16, smem_addr
+#include "wgmma.cuh"
+
+#define BR 128     // query rows a block: two warpgroups of 64
+#define BC 64      // keys a tile
+#define HSW 64     // the head size this version is written for
+#define STAGES 4   // K/V buffers in the ring
+#define CONSUMERS 256
+#define PRODUCERS 64  // the producer warps' threads (a multiple of 64)
+#ifndef RESCALE_SLACK
+#define RESCALE_SLACK 8.0f
+#endif
+
+// ---- mbarriers (shared-memory objects that count arrivals and flip a phase bit when the count
+// is reached; a waiter names the parity of the phase it waits to see completed) -----------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Arrives once every cp.async this thread issued before it has landed (noinc: that arrival is one
+// of the count the barrier was initialised with).
+__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// The producer warps' share of copying ROWS rows of 64 bf16 (row r at src + r * rs) into a
+// swizzled tile at shared address dst; rows at or past `valid` are zero-filled (and not read).
+// Lane p copies chunk p % 8 of rows p / 8, p / 8 + 8, ...: rows 8 apart share their swizzle
+// (r % 8), so the thread's destination is one address plus k KB, its source one pointer plus k
+// times 8 rows: a cp.async and a row test per chunk, no address arithmetic.
+template <int ROWS>
+__device__ __forceinline__ void produce_tile(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
+    static_assert(PRODUCERS % 64 == 0, "a pass covers whole groups of 8 rows");
+    constexpr int RPP = PRODUCERS / 8;  // rows a pass
+    const int p = threadIdx.x - CONSUMERS, r0 = p / 8, c = p % 8;
+    const uint32_t d = dst + r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    const bf16* from = src + r0 * rs + 8 * c;
+#pragma unroll
+    for (int k = 0; k < ROWS / RPP; k++) {
+        const bool ok = r0 + RPP * k < valid;
+        cp_async_16(d + k * RPP * 128, ok ? from + (size_t)k * RPP * rs : any, ok);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 2)
+attention_forward14(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sl) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 smem4[];
+    const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
+    constexpr uint32_t TILE = BC * 128;                         // one K or V tile: 8 KB
+    const uint32_t sQ = base, sKV = base + BR * 128;            // buffer s: K at sKV + 2 s TILE, V after it
+    const uint32_t bars = sKV + STAGES * 2 * TILE;              // full[STAGES], empty[STAGES], q_full
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (STAGES + s); };
+    const uint32_t q_full = bars + 8 * 2 * STAGES;
+
+    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;  // the longest query tiles first
+    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+    const int C = NH * HSW;
+    const size_t rs = 3 * (size_t)C;
+    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
+    const int tiles = (min(q0 + BR, T) - 1) / BC + 1;  // the block's key tiles, up to its last valid row
+    const int live = q0 + 64 < T ? 2 : 1;             // warpgroups with a row below T
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(full(s), PRODUCERS);  // each producer lane, once its copies of the tile have landed
+            mbar_init(empty(s), 4 * live);  // each consumer warp once its products are done
+        }
+        mbar_init(q_full, PRODUCERS);
+    }
+    __syncthreads();  // the only block-wide barrier: the mbarriers exist
+
+    if (threadIdx.x >= CONSUMERS) {  // ---- the two producer warps ----
+        // Each lane's copies of a tile are tied to the tile's full barrier: the barrier counts the
+        // lane's arrival once they have landed (cp.async.mbarrier.arrive.noinc), so a producer
+        // never waits for its own copies, only for free buffers: up to STAGES tiles in flight.
+        produce_tile<BR>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+        mbar_arrive_on_copies(q_full);
+        for (int i = 0; i < tiles; i++) {
+            const int s = i % STAGES;
+            if (i >= STAGES) mbar_wait(empty(s), (i / STAGES - 1) & 1);  // tile i - STAGES released
+            const bf16* k_src = q_base + (size_t)i * BC * rs + C;
+            produce_tile<BC>(sKV + 2 * s * TILE, k_src, rs, T - i * BC, qkv);
+            produce_tile<BC>(sKV + 2 * s * TILE + TILE, k_src + C, rs, T - i * BC, qkv);
+            mbar_arrive_on_copies(full(s));
+        }
+        cp_async_wait<0>();  // nothing in flight when the warps exit
+        return;
+    }
+
+    // ---- the two consumer warpgroups ----
+    const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int qw = q0 + 64 * wg;        // this warpgroup's first row
+    const int row0 = qw + 16 * warp;    // this warp's first row
+    const int mine = qw < T ? qw / BC + 1 : 0;  // key tiles up to its diagonal (the only one masked)
+
+    float o[1][8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+    for (int n = 0; n < 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
+    const uint64_t dq = sw128_desc(sQ + 64 * 128 * wg, 1024);
+    if (mine > 0) mbar_wait(q_full, 0);
+
+    for (int j = 0; j < mine; j++) {
+        const int s = j % STAGES;
+        const uint32_t sK = sKV + 2 * s * TILE, sV = sK + TILE;
+        mbar_wait(full(s), (j / STAGES) & 1);
+        fence_proxy_async();  // the landed copies (ordinary writes), ordered before the tensor cores' reads
+        float sc[1][8][4], alpha[1][2];
+        uint32_t p[1][4][4];
+        const uint64_t dk = sw128_desc(sK, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_ss(sc[0], dq + 2 * kk, dk + 2 * kk, kk > 0);  // +32 bytes a step
+        wgmma_commit();
+        wgmma_wait<0>();  // S (this warpgroup's P V of the last tile is done already)
+        if (j > 0 && lane == 0) mbar_arrive(empty((j - 1) % STAGES));  // tile j - 1: this warp is done
+        if (j == mine - 1) mask_causal<1>(sc, j * BC, row0);
+        if (softmax_tile<1>(sc, p, m, l, alpha, sl, RESCALE_SLACK)) rescale<1, 8>(o, alpha);
+        const uint64_t dv = sw128_desc(sV, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(o[0], p[0][kk], dv + 128 * kk);  // +2048 bytes: 16 keys
+        wgmma_commit();
+        wgmma_wait<0>();  // at once: a P V still in flight past here made ptxas serialise every wgmma
+    }
+    // A warpgroup never releases its last tile (nor WG 0 the block's last, past its diagonal): the
+    // producers wait only for tiles up to tiles - 1 - STAGES, which every live warpgroup releases
+    // in its loop (it releases tile j - 1 at tile j, up to mine - 2 >= tiles - 3).
+    store_rows<1, true>(out, lse, o, m, l, row0, b, h, T, NH, HSW);
+#else
+    __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
+#endif
+}
