@@ -99,6 +99,19 @@ def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path,
     assert "wgmma" not in ampere and "trap;" in ampere
 
 
+@pytest.mark.parametrize("number, products", [(12, 20), (13, 40)])
+def test_the_wgmma_attention_backward_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path, number, products):
+    """attention_backward 12 and 13 run every product on wgmma: S^T, dP^T, dV, dK and dQ, four
+    16-key or 16-query steps each a 64-query tile (13: two halves, and dQ over 128 keys); the
+    scratch kernels around them build anywhere, the main one is a trap off a Hopper."""
+    v = Project(ROOT).family("attention_backward").version(number)
+    hopper = _ptx(nvcc, v.path, "sm_90a", tmp_path)
+    assert hopper.count("wgmma.mma_async") == products and "ldmatrix.sync.aligned.m8n8.x4.trans" in hopper
+    assert "red.global.add" in hopper or "red.relaxed.gpu.global.add" in hopper
+    ampere = _ptx(nvcc, v.path, "sm_80", tmp_path)
+    assert "wgmma" not in ampere and "trap;" in ampere and f"attention_backward{number}_prep" in ampere
+
+
 def test_ptxas_serialises_the_wgmma_of_attention_forward_13_and_not_14(nvcc):
     """Version 14 exists for this line of ptxas's: 13 leaves a P V in flight across its loop's
     exit and is built with every wgmma serialised (C7515); 14 waits for it at once and is not.
@@ -110,6 +123,17 @@ def test_ptxas_serialises_the_wgmma_of_attention_forward_13_and_not_14(nvcc):
     assert "(C7515)" in said13
     assert "Potential Performance Loss" not in said14, said14
     assert resources["attention_forward14"].registers <= 102  # two blocks of 320 threads an SM
+
+
+@pytest.mark.parametrize("number", [12, 13])
+def test_ptxas_keeps_the_wgmma_backward_asynchronous(nvcc, number):
+    """No performance advisory for the wgmma backward either (serialised wgmma: C7515 / C7512),
+    and no spills at its one block an SM."""
+    from workbench.compile import compile_only
+    resources, said = compile_only(Project(ROOT).family("attention_backward").version(number).path, "sm_90a")
+    assert "Potential Performance Loss" not in said, said
+    main = resources[f"attention_backward{number}"]
+    assert main.spill_stores == 0 and main.spill_loads == 0 and main.registers <= 255
 
 
 PTXAS_SAID = """ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function 'k'

@@ -1,6 +1,7 @@
 // wgmma.cuh: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) for 64 x 64 x 16 bf16 products
 // with fp32 accumulators, the shared-memory layout it reads (rows of 128 bytes, 128-byte swizzle)
-// and the matrix descriptors that describe that layout to it. attention_forward 12 is its user.
+// and the matrix descriptors that describe that layout to it. attention_forward 12-14 and
+// attention_backward 12 use it.
 //
 // ---- What changes from mma.sync ------------------------------------------------------------
 // mma.sync (mma.cuh) is a warp's instruction: 16 x 8 x 16, both operands in registers, each
@@ -45,7 +46,8 @@
 //
 // wgmma_ss(d, da, db, accumulate): d (+)= A B^T-style product with A (64 x 16, K-major) and B
 //   (64 x 16 as n x k, K-major) both in shared memory; accumulate = false overwrites d.
-// wgmma_rs_bt(d, a, db): d += A B with A in registers and B (16 x 64 as k x n) MN-major in shared.
+// wgmma_rs_bt(d, a, db, accumulate = true): d (+)= A B with A in registers and B (16 x 64 as k x n)
+//   MN-major in shared memory; accumulate = false overwrites d.
 
 #ifndef KERNELS_ATTENTION_FORWARD_WGMMA_CUH
 #define KERNELS_ATTENTION_FORWARD_WGMMA_CUH
@@ -88,13 +90,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t da, uint64_t
         : "l"(da), "l"(db), "r"((int)accumulate));
 }
 
-__device__ __forceinline__ void wgmma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void wgmma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db,
+                                            bool accumulate = true) {
     asm volatile(
         "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32
         ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}\n"
         : WGMMA_D32_OPERANDS(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)accumulate));
 }
 #undef WGMMA_D32
 #undef WGMMA_D32_OPERANDS

@@ -1,0 +1,276 @@
+/*
+title = "bf16 wgmma flash backward with 128-query tiles: dQ summed over the block's 128 keys before the atomics, half as many"
+builds_on = 12
+precision = "bf16"
+deterministic = false  # dQ is summed over key blocks with float atomics: its last bits vary run to run
+changed = """
+Version 12 with query tiles of 128 instead of 64, and dQ computed once per tile for the block:
+* S^T and dP^T are two 64-query halves each (four 64 x 64 accumulators a thread, 128 registers);
+  dV and dK take eight 16-query k-steps a tile instead of four.
+* Both warpgroups write their dS^T to shared memory ([query half][128 keys][64 queries]) and meet
+  at a 256-thread named barrier; then warpgroup w computes dQ for queries 64 w .. 64 w + 63 over
+  all 128 keys (eight k-steps of dS through ldmatrix .trans, K MN-major) and adds that to the fp32
+  scratch: one share per block a query row, where version 12 added one per warpgroup.
+* Masks only on the diagonal tile and the last (a uniform test a tile).
+* The grid is (key blocks, heads), key blocks fastest: the blocks resident at once are all the
+  key blocks of a few heads, whose dQ rows (256 KB a head) the atomics then find in L2, instead of
+  one key block of 132 heads (34 MB of dQ rows at once).
+"""
+why = """
+The L2's atomic units bound version 12: half the additions (57 M fp32 at the trainer's shape)
+is the change that matters; the larger tile also halves the barriers and waits per product.
+242 registers, one block an SM; shared memory 131 KB.
+Measured (H200, B = 16, T = 1024, NH = 12, cuDNN = version 9 in the same call): 330.1-330.2 us
+against cuDNN's 282.9-283.1: 1.17x (the same kernel with the grid (heads, key blocks): 338.0-
+339.1 us, 1.19-1.20x in that call and two more; version 12: 1.44x; version 10, the mma.sync one
+the trainer uses: 1.31x). The main kernel alone: ~288 us, and 206-215 us with the atomics
+removed (timing only): the additions still cost most of the gap to cuDNN. Four ways to pay less
+for them measured no faster (notes): red.global.add.v4.f32 after a lane shuffle (half the atomic
+instructions), the TMA unit's bulk reduction of each share from shared memory
+(cp.reduce.async.bulk), and the query tiles visited in descending or rotated order.
+"""
+preconditions = ["HS == 64"]
+arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
+
+[scratch]
+D = "B * NH * T"   # dout . out per row, fp32
+dq = "B * T * C"   # dQ accumulator, fp32, laid out (B, T, NH, HS)
+
+[[launch]]
+kernel = "attention_backward13_prep"
+grid = "cdiv(B * T * NH, 32)"   # 8 lanes per (b, t, h) row, 32 rows per block
+block = 256
+args = ["dq", "D", "dout", "out", "B", "T", "NH", "HS"]
+
+[[launch]]
+kernel = "attention_backward13"
+grid = ["cdiv(T, 128)", "B * NH"]   # key blocks fastest: see changed
+block = 256
+shared = "1024 + 2 * 128 * 128 + 2 * 2 * 128 * 128 + 128 * 256 + 2 * 2 * 128 * 4"
+args = ["dq", "dqkv", "dout", "qkv", "lse", "D", "T", "NH", "1.4426950408889634 / sqrt(HS)", "1.0 / sqrt(HS)"]
+
+[[launch]]
+kernel = "attention_backward13_dq"
+grid = "cdiv(B * T * C, 8 * 256)"
+block = 256
+args = ["dqkv", "dq", "B * T", "C", "1.0 / sqrt(HS)"]
+*/
+
+#include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16
+#include "bf16.cuh"
+#include "mma.cuh"                       // cp_async_16, ldmatrix_x4_trans, pack_bf16x2, smem_addr
+#include "wgmma.cuh"
+
+#define BK 128   // keys a block: two warpgroups of 64
+#define BQ 128   // queries a streamed tile: two halves of 64
+#define HSW 64   // the head size this version is written for
+#define LOG2E 1.4426950408889634f
+
+// D = dout . out per (b, h, t) row, and the fp32 dQ accumulator zeroed.
+extern "C" __global__ void attention_backward13_prep(float* dq, float* D, const bf16* dout, const bf16* out,
+                                                     int B, int T, int NH, int HS) {
+    dot_rows(D, dq, dout, out, B, T, NH, HS);
+}
+
+// dqkv's q part = bf16(scale * dq).
+extern "C" __global__ void attention_backward13_dq(bf16* dqkv, const float* dq, int BT, int C, float scale) {
+    rows_to_bf16(dqkv, 3 * C, dq, BT, C, scale);
+}
+
+// ROWS rows of 64 bf16 (row r at src + r * rs) into a swizzled tile at shared address dst, by all
+// 256 threads; rows at or past `valid` zero-filled (and not read).
+template <int ROWS>
+__device__ __forceinline__ void stage_swizzled(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
+#pragma unroll
+    for (int k = 0; k < ROWS * 8 / 256; k++) {
+        const int i = threadIdx.x + 256 * k, r = i / 8, c = i % 8;
+        const bool ok = r < valid;
+        cp_async_16(dst + sw128(r, c), ok ? src + (size_t)r * rs + 8 * c : any, ok);
+    }
+}
+
+__device__ __forceinline__ void red_add_v2(float* dst, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+}
+
+// Both warpgroups wait for each other (named barrier 3: __syncthreads without the copies' meaning).
+__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+attention_backward13(float* dq, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,
+                     int T, int NH, float sl2, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 smem4[];
+    const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
+    constexpr uint32_t QT = BQ * 128;                           // a 128-row tile: 16 KB
+    constexpr uint32_t HALF = 64 * 128;                         // its 64-row halves: 8 KB
+    const uint32_t sK = base, sV = sK + BK * 128;               // the block's keys and values
+    const uint32_t sQ = sV + BK * 128, sG = sQ + 2 * QT;        // Q and dout tiles, two buffers each
+    const uint32_t sdS = sG + 2 * QT;                           // dS^T: [query half][128 keys][64 queries]
+    const uint32_t sLD = sdS + 2 * BK * 128;                    // lse[2][128], D[2][128] (fp32)
+    float* lsD = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + (sLD - smem_addr(smem4)));
+
+    const int k0 = blockIdx.x * BK, bh = blockIdx.y;
+    const int b = bh / NH, h = bh % NH;
+    const int C = NH * HSW;
+    const size_t rs = 3 * (size_t)C;
+    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
+    const bf16* g_base = dout + (size_t)b * T * C + (size_t)h * HSW;
+    const float* l_row = lse + (size_t)bh * T;  // lse and D are (B, NH, T)
+    const float* d_row = D + (size_t)bh * T;
+    const int first = k0 / BQ, tiles = (T + BQ - 1) / BQ;  // query tiles from the diagonal on
+
+    auto issue = [&](int i) {  // query tile i into buffer i % 2, one cp.async group
+        if (i < tiles) {
+            const int q0 = i * BQ, buf = i % 2;
+            stage_swizzled<BQ>(sQ + buf * QT, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+            stage_swizzled<BQ>(sG + buf * QT, g_base + (size_t)q0 * C, C, T - q0, dout);
+            const int r = threadIdx.x % 128;  // lse (threads 0-127) and D (128-255) of the tile's queries
+            const bool ok = q0 + r < T;
+            const float* src = (threadIdx.x < 128 ? l_row : d_row) + q0 + r;
+            cp_async_4(lsD + buf * 256 + threadIdx.x, ok ? src : l_row, ok);
+        }
+        cp_async_commit();
+    };
+    stage_swizzled<BK>(sK, q_base + (size_t)k0 * rs + C, rs, T - k0, qkv);
+    stage_swizzled<BK>(sV, q_base + (size_t)k0 * rs + 2 * C, rs, T - k0, qkv);
+    issue(first);
+
+    const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int kw = k0 + 64 * wg;  // this warpgroup's first key
+    float dk[8][4], dv[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    const uint64_t descK = sw128_desc(sK + 64 * 128 * wg, 1024), descV = sw128_desc(sV + 64 * 128 * wg, 1024);
+    const uint64_t descK_all = sw128_desc(sK, 1024);
+
+    for (int i = first; i < tiles; i++) {
+        const int q0 = i * BQ, buf = i % 2;
+        cp_async_wait<0>();
+        fence_proxy_async();  // this thread's copies, visible to the tensor cores
+        __syncthreads();      // everyone's copies; and everyone is done with tile i - 1's buffers and dS
+        issue(i + 1);
+        const uint32_t tQ = sQ + buf * QT, tG = sG + buf * QT;
+        const float* tl = lsD + buf * 256;
+        const float* tD = tl + 128;
+        const bool edge = i == first || q0 + BQ > T;  // the diagonal tile or the last: masks needed
+
+        // S^T = K Q^T and dP^T = V dout^T for this warpgroup's 64 keys, in two 64-query halves.
+        float s[2][8][4], dp[2][8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++) {
+            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_ss(s[hq], descK + 2 * kk, dq_desc + 2 * kk, kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_ss(dp[hq], descV + 2 * kk, dg_desc + 2 * kk, kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+
+        // P^T = 2^(s sl2 - lse log2 e), zero where key > query or query >= T; dS^T = P^T (dP^T - D).
+        const int key_r0 = kw + 16 * warp + g;  // the key of e = 0, 1 (e = 2, 3: + 8)
+        uint32_t pa[2][4][4], sa[2][4][4];
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const int qc = 64 * hq + 8 * n + 2 * t;  // the query column of e = 0 (e = 1: + 1)
+                const float2 l2 = *reinterpret_cast<const float2*>(tl + qc);
+                const float2 d2 = *reinterpret_cast<const float2*>(tD + qc);
+                float p[4], ds[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = key_r0 + 8 * (e / 2), q = q0 + qc + (e & 1);
+                    const float lv = (e & 1) ? l2.y : l2.x, dv_ = (e & 1) ? d2.y : d2.x;
+                    p[e] = exp2f(fmaf(s[hq][n][e], sl2, -lv * LOG2E));
+                    if (edge && !(key <= q && q < T)) p[e] = 0.0f;
+                    ds[e] = p[e] * (dp[hq][n][e] - dv_);
+                }
+                pa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(p[0], p[1]);
+                pa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(p[2], p[3]);
+                sa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(ds[0], ds[1]);
+                sa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(ds[2], ds[3]);
+            }
+
+        // dV += P^T dout, dK += dS^T Q over the 128 queries (A from registers, dout and Q MN-major).
+        wgmma_fence();
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++) {
+            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dv, pa[hq][kk], dg_desc + 128 * kk);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dk, sa[hq][kk], dq_desc + 128 * kk);
+        }
+        wgmma_commit();
+
+        // dS^T to shared memory: half hq of the queries at sdS + hq * 16 KB, row = key (0-127).
+        {
+            const int r0 = 64 * wg + 16 * warp + g;
+#pragma unroll
+            for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {  // n = 2 kk + half: queries 8n + 2t, + 1
+                        const int chunk = 2 * kk + half;
+                        const uint32_t at = sdS + hq * BK * 128 + 4 * t;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0, chunk)), "r"(sa[hq][kk][2 * half]) : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0 + 8, chunk)), "r"(sa[hq][kk][2 * half + 1]) : "memory");
+                    }
+        }
+        block_sync_256();  // both warpgroups' dS^T rows are written
+        // dQ = dS K for queries 64 wg .. 64 wg + 63 of the tile over all 128 keys: dS back as A
+        // fragments (rows = queries) through ldmatrix .trans, K MN-major.
+        uint32_t dsa[8][4];
+        {
+            const int mi = lane / 8;
+            const uint32_t from = sdS + wg * BK * 128;
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) {
+                const int key_row = 16 * kk + (lane % 8) + 8 * (mi / 2);
+                ldmatrix_x4_trans(dsa[kk], from + sw128(key_row, 2 * warp + (mi % 2)));
+            }
+        }
+        float dqa[8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) wgmma_rs_bt(dqa, dsa[kk], descK_all + 128 * kk, kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();  // dV, dK and dQ's share
+
+        const int qr = q0 + 64 * wg + 16 * warp + g;  // query of e = 0, 1 (e = 2, 3: + 8)
+        float* dq_row = dq + ((size_t)b * T) * C + (size_t)h * HSW;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int ch = 8 * n + 2 * t;
+            if (qr < T) red_add_v2(dq_row + (size_t)qr * C + ch, dqa[n][0], dqa[n][1]);
+            if (qr + 8 < T) red_add_v2(dq_row + (size_t)(qr + 8) * C + ch, dqa[n][2], dqa[n][3]);
+        }
+    }
+    cp_async_wait<0>();
+
+    // dK = scale dS^T Q and dV: rows = this warpgroup's keys.
+    const int kr = kw + 16 * warp + g;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        const int ch = 8 * n + 2 * t;
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int key = kr + 8 * hr;
+            if (key < T) {
+                bf16* row = dqkv + ((size_t)b * T + key) * rs + (size_t)h * HSW + ch;
+                *reinterpret_cast<uint32_t*>(row + C) = pack_bf16x2(scale * dk[n][2 * hr], scale * dk[n][2 * hr + 1]);
+                *reinterpret_cast<uint32_t*>(row + 2 * C) = pack_bf16x2(dv[n][2 * hr], dv[n][2 * hr + 1]);
+            }
+        }
+    }
+#else
+    __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
+#endif
+}
