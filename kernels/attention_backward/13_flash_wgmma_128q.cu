@@ -56,10 +56,10 @@ block = 256
 args = ["dqkv", "dq", "B * T", "C", "1.0 / sqrt(HS)"]
 */
 
-#include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16
+#include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16, red_add_v2
 #include "bf16.cuh"
 #include "mma.cuh"                       // cp_async_16, ldmatrix_x4_trans, pack_bf16x2, smem_addr
-#include "wgmma.cuh"
+#include "wgmma.cuh"                     // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
 
 #define BK 128   // keys a block: two warpgroups of 64
 #define BQ 128   // queries a streamed tile: two halves of 64
@@ -75,22 +75,6 @@ extern "C" __global__ void attention_backward13_prep(float* dq, float* D, const 
 // dqkv's q part = bf16(scale * dq).
 extern "C" __global__ void attention_backward13_dq(bf16* dqkv, const float* dq, int BT, int C, float scale) {
     rows_to_bf16(dqkv, 3 * C, dq, BT, C, scale);
-}
-
-// ROWS rows of 64 bf16 (row r at src + r * rs) into a swizzled tile at shared address dst, by all
-// 256 threads; rows at or past `valid` zero-filled (and not read).
-template <int ROWS>
-__device__ __forceinline__ void stage_swizzled(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
-#pragma unroll
-    for (int k = 0; k < ROWS * 8 / 256; k++) {
-        const int i = threadIdx.x + 256 * k, r = i / 8, c = i % 8;
-        const bool ok = r < valid;
-        cp_async_16(dst + sw128(r, c), ok ? src + (size_t)r * rs + 8 * c : any, ok);
-    }
-}
-
-__device__ __forceinline__ void red_add_v2(float* dst, float x, float y) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
 }
 
 // Both warpgroups wait for each other (named barrier 3: __syncthreads without the copies' meaning).
@@ -123,8 +107,8 @@ attention_backward13(float* dq, bf16* dqkv, const bf16* dout, const bf16* qkv, c
     auto issue = [&](int i) {  // query tile i into buffer i % 2, one cp.async group
         if (i < tiles) {
             const int q0 = i * BQ, buf = i % 2;
-            stage_swizzled<BQ>(sQ + buf * QT, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
-            stage_swizzled<BQ>(sG + buf * QT, g_base + (size_t)q0 * C, C, T - q0, dout);
+            stage_sw128<BQ, 256>(sQ + buf * QT, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+            stage_sw128<BQ, 256>(sG + buf * QT, g_base + (size_t)q0 * C, C, T - q0, dout);
             const int r = threadIdx.x % 128;  // lse (threads 0-127) and D (128-255) of the tile's queries
             const bool ok = q0 + r < T;
             const float* src = (threadIdx.x < 128 ? l_row : d_row) + q0 + r;
@@ -132,8 +116,8 @@ attention_backward13(float* dq, bf16* dqkv, const bf16* dout, const bf16* qkv, c
         }
         cp_async_commit();
     };
-    stage_swizzled<BK>(sK, q_base + (size_t)k0 * rs + C, rs, T - k0, qkv);
-    stage_swizzled<BK>(sV, q_base + (size_t)k0 * rs + 2 * C, rs, T - k0, qkv);
+    stage_sw128<BK, 256>(sK, q_base + (size_t)k0 * rs + C, rs, T - k0, qkv);
+    stage_sw128<BK, 256>(sV, q_base + (size_t)k0 * rs + 2 * C, rs, T - k0, qkv);
     issue(first);
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;

@@ -316,6 +316,11 @@ __device__ __forceinline__ void rows_to_bf16(bf16* dst, int dst_stride, const fl
     }
 }
 
+// dst[0] += x, dst[1] += y as one vector reduction (sm_90; dst 8-byte aligned), no result read.
+__device__ __forceinline__ void red_add_v2(float* dst, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+}
+
 template <bool B>
 struct Flag {
     static constexpr bool value = B;

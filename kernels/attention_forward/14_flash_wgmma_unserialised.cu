@@ -36,6 +36,7 @@ args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 
 #include "attention_fwd_mma.cuh"  // mask_causal, softmax_tile, rescale, store_rows (version 11's)
 #include "bf16.cuh"
+#include "mbarrier.cuh"           // mbar_init, mbar_arrive, mbar_arrive_on_copies, mbar_wait
 #include "mma.cuh"                // cp_async_16, smem_addr
 #include "wgmma.cuh"
 
@@ -48,26 +49,6 @@ args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
-
-// ---- mbarriers (shared-memory objects that count arrivals and flip a phase bit when the count
-// is reached; a waiter names the parity of the phase it waits to see completed) -----------------
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// Arrives once every cp.async this thread issued before it has landed (noinc: that arrival is one
-// of the count the barrier was initialised with).
-__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile(
-        "{\n.reg .pred done;\nWAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
 
 // The producer warps' share of copying ROWS rows of 64 bf16 (row r at src + r * rs) into a
 // swizzled tile at shared address dst; rows at or past `valid` are zero-filled (and not read).

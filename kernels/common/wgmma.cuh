@@ -54,8 +54,24 @@
 
 #include <stdint.h>
 
+#include "mma.cuh"  // cp_async_16
+
 __device__ __forceinline__ uint32_t sw128(int r, int c) {
     return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+// stage_sw128<ROWS, THREADS>(dst, src, rs, valid, any): ROWS rows of 64 bf16 (row r at src + r * rs)
+// copied by cp.async into the swizzled tile at shared address dst by THREADS threads (the caller
+// commits and waits); rows at or past `valid` are zero-filled, their source `any` (not read).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void stage_sw128(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
+    static_assert(ROWS * 8 % THREADS == 0, "whole passes");
+#pragma unroll
+    for (int k = 0; k < ROWS * 8 / THREADS; k++) {
+        const int i = threadIdx.x + THREADS * k, r = i / 8, c = i % 8;
+        const bool ok = r < valid;
+        cp_async_16(dst + sw128(r, c), ok ? src + (size_t)r * rs + 8 * c : any, ok);
+    }
 }
 
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t sbo) {
