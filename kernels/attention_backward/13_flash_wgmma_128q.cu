@@ -56,7 +56,7 @@ block = 256
 args = ["dqkv", "dq", "B * T", "C", "1.0 / sqrt(HS)"]
 */
 
-#include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16, red_add_v2
+#include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16, red_add_v2, store_dk_dv
 #include "bf16.cuh"
 #include "mma.cuh"                       // cp_async_16, ldmatrix_x4_trans, pack_bf16x2, smem_addr
 #include "wgmma.cuh"                     // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
@@ -239,21 +239,7 @@ attention_backward13(float* dq, bf16* dqkv, const bf16* dout, const bf16* qkv, c
     }
     cp_async_wait<0>();
 
-    // dK = scale dS^T Q and dV: rows = this warpgroup's keys.
-    const int kr = kw + 16 * warp + g;
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-        const int ch = 8 * n + 2 * t;
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            const int key = kr + 8 * hr;
-            if (key < T) {
-                bf16* row = dqkv + ((size_t)b * T + key) * rs + (size_t)h * HSW + ch;
-                *reinterpret_cast<uint32_t*>(row + C) = pack_bf16x2(scale * dk[n][2 * hr], scale * dk[n][2 * hr + 1]);
-                *reinterpret_cast<uint32_t*>(row + 2 * C) = pack_bf16x2(dv[n][2 * hr], dv[n][2 * hr + 1]);
-            }
-        }
-    }
+    store_dk_dv(dqkv, dk, dv, kw + 16 * warp + g, b, h, T, C, scale);  // rows: this warpgroup's keys
 #else
     __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
 #endif

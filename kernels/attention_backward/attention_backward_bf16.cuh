@@ -321,6 +321,28 @@ __device__ __forceinline__ void red_add_v2(float* dst, float x, float y) {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
 }
 
+// A warp's 16 keys of dK (times scale) and dV into dqkv's k and v parts: acc[n][e] is the key
+// kr + 8 (e / 2) (kr: the lane's first, warp's first + lane / 4) and channel 8 n + 2 (lane % 4) +
+// e % 2 of head h, the m16n8 accumulator layout (eight n-tiles: 64 channels); keys >= T skipped.
+__device__ __forceinline__ void store_dk_dv(bf16* dqkv, const float (&dk)[8][4], const float (&dv)[8][4], int kr,
+                                            int b, int h, int T, int C, float scale) {
+    const int t = threadIdx.x % 4;
+    const size_t rs = 3 * (size_t)C;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        const int ch = 8 * n + 2 * t;
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int key = kr + 8 * hr;
+            if (key < T) {
+                bf16* row = dqkv + ((size_t)b * T + key) * rs + (size_t)h * 64 + ch;
+                *reinterpret_cast<uint32_t*>(row + C) = pack_bf16x2(scale * dk[n][2 * hr], scale * dk[n][2 * hr + 1]);
+                *reinterpret_cast<uint32_t*>(row + 2 * C) = pack_bf16x2(dv[n][2 * hr], dv[n][2 * hr + 1]);
+            }
+        }
+    }
+}
+
 template <bool B>
 struct Flag {
     static constexpr bool value = B;

@@ -39,7 +39,7 @@ args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 
 #include "attention_fwd_mma.cuh"  // mask_causal, softmax_tile, rescale, store_rows (version 11's)
 #include "bf16.cuh"
-#include "mbarrier.cuh"           // mbar_init, mbar_arrive, mbar_arrive_on_copies, mbar_wait
+#include "producers.cuh"          // mbar_init, mbar_arrive, mbar_arrive_on_copies, mbar_wait, produce_tile
 #include "mma.cuh"                // cp_async_16, smem_addr
 #include "wgmma.cuh"
 
@@ -52,25 +52,6 @@ args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
-
-// The producer warps' share of copying ROWS rows of 64 bf16 (row r at src + r * rs) into a
-// swizzled tile at shared address dst; rows at or past `valid` are zero-filled (and not read).
-// Lane p copies chunk p % 8 of rows p / 8, p / 8 + 8, ...: rows 8 apart share their swizzle
-// (r % 8), so the thread's destination is one address plus k KB, its source one pointer plus k
-// times 8 rows: a cp.async and a row test per chunk, no address arithmetic.
-template <int ROWS>
-__device__ __forceinline__ void produce_tile(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
-    static_assert(PRODUCERS % 64 == 0, "a pass covers whole groups of 8 rows");
-    constexpr int RPP = PRODUCERS / 8;  // rows a pass
-    const int p = threadIdx.x - CONSUMERS, r0 = p / 8, c = p % 8;
-    const uint32_t d = dst + r0 * 128 + ((c ^ (r0 & 7)) << 4);
-    const bf16* from = src + r0 * rs + 8 * c;
-#pragma unroll
-    for (int k = 0; k < ROWS / RPP; k++) {
-        const bool ok = r0 + RPP * k < valid;
-        cp_async_16(d + k * RPP * 128, ok ? from + (size_t)k * RPP * rs : any, ok);
-    }
-}
 
 extern "C" __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 2)
 attention_forward13(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sl) {
@@ -105,14 +86,14 @@ attention_forward13(bf16* out, float* lse, const bf16* qkv, int T, int NH, float
         // Each lane's copies of a tile are tied to the tile's full barrier: the barrier counts the
         // lane's arrival once they have landed (cp.async.mbarrier.arrive.noinc), so a producer
         // never waits for its own copies, only for free buffers: up to STAGES tiles in flight.
-        produce_tile<BR>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+        produce_tile<BR, PRODUCERS, CONSUMERS>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
         mbar_arrive_on_copies(q_full);
         for (int i = 0; i < tiles; i++) {
             const int s = i % STAGES;
             if (i >= STAGES) mbar_wait(empty(s), (i / STAGES - 1) & 1);  // tile i - STAGES released
             const bf16* k_src = q_base + (size_t)i * BC * rs + C;
-            produce_tile<BC>(sKV + 2 * s * TILE, k_src, rs, T - i * BC, qkv);
-            produce_tile<BC>(sKV + 2 * s * TILE + TILE, k_src + C, rs, T - i * BC, qkv);
+            produce_tile<BC, PRODUCERS, CONSUMERS>(sKV + 2 * s * TILE, k_src, rs, T - i * BC, qkv);
+            produce_tile<BC, PRODUCERS, CONSUMERS>(sKV + 2 * s * TILE + TILE, k_src + C, rs, T - i * BC, qkv);
             mbar_arrive_on_copies(full(s));
         }
         cp_async_wait<0>();  // nothing in flight when the warps exit
