@@ -55,18 +55,6 @@ args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 #endif
 #define STAGES 4  // K/V buffers: tile j read, j - 1 still read by P V, j + 1 landing, j + 2 issued (the header's shared size counts 4)
 
-// Copy `rows` rows of 64 bf16 (row r at src + r * rs) into a swizzled tile at shared address dst,
-// 16 bytes a cp.async, 256 threads; rows at or past `valid` are zero-filled (and not read).
-template <int ROWS>
-__device__ __forceinline__ void stage_tile(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
-#pragma unroll
-    for (int k = 0; k < ROWS * 8 / 256; k++) {
-        const int i = threadIdx.x + 256 * k, r = i / 8, c = i % 8;
-        const bool ok = r < valid;
-        cp_async_16(dst + sw128(r, c), ok ? src + r * rs + 8 * c : any, ok);
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(256, 2)
 attention_forward12(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -95,12 +83,12 @@ attention_forward12(bf16* out, float* lse, const bf16* qkv, int T, int NH, float
         if (i < tiles) {
             const uint32_t dst = sKV + i % STAGES * 2 * TILE;
             const bf16* k_src = q_base + (size_t)i * BC * rs + C;
-            stage_tile<BC>(dst, k_src, rs, T - i * BC, qkv);
-            stage_tile<BC>(dst + TILE, k_src + C, rs, T - i * BC, qkv);
+            stage_sw128<BC, 256>(dst, k_src, rs, T - i * BC, qkv);
+            stage_sw128<BC, 256>(dst + TILE, k_src + C, rs, T - i * BC, qkv);
         }
         cp_async_commit();  // possibly empty: one group per tile keeps the wait counts constant
     };
-    stage_tile<BR>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+    stage_sw128<BR, 256>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
     for (int i = 0; i < STAGES - 2; i++) issue(i);
 
     float o[1][8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};

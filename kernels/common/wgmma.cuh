@@ -1,7 +1,7 @@
 // wgmma.cuh: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) for 64 x 64 x 16 bf16 products
 // with fp32 accumulators, the shared-memory layout it reads (rows of 128 bytes, 128-byte swizzle)
 // and the matrix descriptors that describe that layout to it. attention_forward 12-14 and
-// attention_backward 12 use it.
+// attention_backward 12 and 13 use it.
 //
 // ---- What changes from mma.sync ------------------------------------------------------------
 // mma.sync (mma.cuh) is a warp's instruction: 16 x 8 x 16, both operands in registers, each
