@@ -173,7 +173,7 @@ def test_arch_is_read_and_says_why_another_device_cannot_run_the_version(tmp_pat
 def test_the_wgmma_versions_declare_their_arch():
     """Every version built on wgmma.cuh says so in its header (arch), and only those do."""
     project = Project(ROOT)
-    for name, numbers in (("attention_forward", [12, 13, 14]), ("attention_backward", [12, 13])):
+    for name, numbers in (("attention_forward", [12, 13, 14]), ("attention_backward", [12, 13, 14])):
         fam = project.family(name)
         assert [v.number for v in fam.versions if v.arch == "sm_90a"] == numbers
         assert [v.number for v in fam.versions if '#include "wgmma.cuh"' in v.path.read_text()] == numbers
@@ -202,3 +202,22 @@ def test_a_child_on_another_arch_refuses_the_version_instead_of_launching_its_st
     monkeypatch.setattr(wb_compile, "load_module", lambda *a, **k: pytest.fail("loaded the module"))
     with pytest.raises(ContractError, match=r"attention_forward 13 needs sm_90a .*sm_80"):
         VersionProvider(Project(ROOT).family("attention_forward").version(13))
+
+
+def test_the_readmes_table_of_families_counts_every_version():
+    """README's "Kernel families" table says, per family, how many fp32 versions and how many bf16
+    ones the course has: it is kept true to the kernels/ folders (a new version updates it)."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Kernel families", 1)[1].split("\n## ", 1)[0]
+    said = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] not in ("family", "---"):
+            said[cells[0]], said[cells[2]] = cells[1], cells[3]
+    want = {}
+    for fam in Project(ROOT).families():
+        fp32 = sum(v.precision == "fp32" for v in fam.versions)
+        bf16 = sum(v.precision == "bf16" for v in fam.versions)
+        want[fam.name] = f"{fp32} + {bf16} bf16" if bf16 else str(fp32)
+    said.pop("", None)
+    assert said == want

@@ -1,0 +1,307 @@
+/*
+title = "bf16 wgmma flash backward, dQ summed in a fixed order through L2: deterministic, no atomics, no dQ pass"
+builds_on = 13
+precision = "bf16"
+deterministic = true  # each dQ element is summed over key blocks in one fixed order
+changed = """
+Version 13 with its dQ atomics replaced by an ordered hand-over between the key blocks of a head:
+* Query tile i gets its dQ shares from key blocks i, i - 1, ..., 0 in that order. Key block kb
+  visits tiles kb, kb + 1, ... in ascending order, so it reaches tile i one step after key block
+  kb + 1 did: when each block's turn comes, the block before it has (nearly always) finished.
+* A ticket a (head, query tile) counts the shares written. Key block kb reads tile i's ticket as
+  the tile's first products start (a relaxed load, not waited for), looks at it once dV and dK
+  are issued, and polls with ld.acquire.gpu only while the count is short of i - kb; then it
+  fetches the running fp32 sum (cp.async.cg: L2 to shared memory) and adds its own share:
+  - the first (kb = i, its diagonal tile) stores its share without reading anything;
+  - the last (kb = 0) writes bf16(scale * sum) straight into dqkv;
+  - any other stores the fp32 sum back, and after the block's next barrier one thread adds 1 to
+    the count (red.release.gpu).
+* So there is no zeroed accumulator (the first share is a store) and no dQ conversion pass, and
+  the sum runs in one order: the result is the same bits every run.
+* The grid's key blocks run from the last to the first (blockIdx.x = key blocks - 1 - kb): a block
+  only waits on blocks launched before it, which the hardware schedules first, so the waits end.
+"""
+why = """
+Version 13 paid for dQ three times: a pass zeroing the fp32 accumulator, the L2's atomic units
+summing 57 M fp32 additions, and a pass converting the sums to bf16. Ordered shares replace all
+three with plain loads and stores the L2 serves, and make the backward deterministic.
+What the hand-over costs (H200, B = 16, T = 1024, NH = 12, the whole backward timed unflushed by
+CUDA events; scripts and variants in results/h200-session9-2026-11-28): without any ticket test
+(wrong results, timing only) 329-331 us; polling with ld.acquire right after the S and dP
+products are issued 355-357 us (the acquire's L2 round trip, ~0.4 us a tile by %globaltimer, is
+not hidden); this version 343-345 us (version 13: 336-337 us). The early test is a relaxed load
+on purpose: an acquire there measured the same as polling. Correctness of the fast path rests on
+the fetch's control dependency on the ticket and on the fetch reading the L2 (the pattern of the
+CUDA samples' last-block reductions); a count short of our turn is re-read with acquire.
+"""
+preconditions = ["HS == 64"]
+arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
+
+[scratch]
+D = "B * NH * T"   # dout . out per row, fp32
+dq = "B * T * C"   # the running dQ sums, fp32, laid out (B, T, NH, HS); never zeroed
+ticket = { size = "B * NH * cdiv(T, 128)", dtype = "i32" }   # shares written, per (head, query tile)
+
+[[launch]]
+kernel = "attention_backward14_prep"
+grid = "cdiv(B * T * NH, 32)"   # 8 lanes per (b, t, h) row, 32 rows per block
+block = 256
+args = ["ticket", "D", "dout", "out", "B", "T", "NH", "HS"]
+
+[[launch]]
+kernel = "attention_backward14"
+grid = ["cdiv(T, 128)", "B * NH"]   # key blocks fastest, last key block first: see changed
+block = 256
+shared = "1024 + 2 * 128 * 128 + 2 * 2 * 128 * 128 + 128 * 256 + 2 * 2 * 128 * 4 + 128 * 72 * 4"
+args = ["dq", "ticket", "dqkv", "dout", "qkv", "lse", "D", "T", "NH", "1.4426950408889634 / sqrt(HS)", "1.0 / sqrt(HS)"]
+*/
+
+#include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16, red_add_v2, store_dk_dv
+#include "bf16.cuh"
+#include "mma.cuh"                       // cp_async_16, ldmatrix_x4_trans, pack_bf16x2, smem_addr
+#include "wgmma.cuh"                     // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
+
+#define BK 128   // keys a block: two warpgroups of 64
+#define BQ 128   // queries a streamed tile: two halves of 64
+#define HSW 64   // the head size this version is written for
+#define LOG2E 1.4426950408889634f
+
+// D = dout . out per (b, h, t) row, and every (head, query tile) ticket set to 0.
+extern "C" __global__ void attention_backward14_prep(int* ticket, float* D, const bf16* dout, const bf16* out,
+                                                     int B, int T, int NH, int HS) {
+    dot_rows(D, nullptr, dout, out, B, T, NH, HS);
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (long long)B * NH * ((T + 127) / 128)) ticket[i] = 0;
+}
+
+// Both warpgroups wait for each other (named barrier 3: __syncthreads without the copies' meaning).
+__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
+
+// The ticket as the L2 holds it (relaxed, GPU scope: a load that returns whenever its register is
+// first used), and the same with acquire: ordered before every later load of this thread. ptxas
+// makes the acquire a load plus an L1 invalidation that waits for it, a full L2 round trip.
+__device__ __forceinline__ int ticket_relaxed(const int* p) {
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ int ticket_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// ticket += 1, after (release, GPU scope) every store this thread has seen, the block's through its barrier.
+__device__ __forceinline__ void ticket_release(int* p) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                     const float* D, int T, int NH, float sl2, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 smem4[];
+    const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
+    constexpr uint32_t QT = BQ * 128;                           // a 128-row tile: 16 KB
+    constexpr uint32_t HALF = 64 * 128;                         // its 64-row halves: 8 KB
+    constexpr int SP = 72;                                      // floats a row of the running sum (64 + 8)
+    const uint32_t sK = base, sV = sK + BK * 128;               // the block's keys and values
+    const uint32_t sQ = sV + BK * 128, sG = sQ + 2 * QT;        // Q and dout tiles, two buffers each
+    const uint32_t sdS = sG + 2 * QT;                           // dS^T: [query half][128 keys][64 queries]
+    const uint32_t sLD = sdS + 2 * BK * 128;                    // lse[2][128], D[2][128] (fp32)
+    const uint32_t sSum = sLD + 2 * 2 * 128 * 4;                // the tile's running dQ sum: [128 queries][SP]
+    char* const smem = reinterpret_cast<char*>(smem4);
+    float* lsD = reinterpret_cast<float*>(smem + (sLD - smem_addr(smem4)));
+    const float* sum = reinterpret_cast<const float*>(smem + (sSum - smem_addr(smem4)));
+
+    const int kb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;  // last key block first: see the header
+    const int k0 = kb * BK;
+    const int b = bh / NH, h = bh % NH;
+    const int C = NH * HSW;
+    const size_t rs = 3 * (size_t)C;
+    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
+    const bf16* g_base = dout + (size_t)b * T * C + (size_t)h * HSW;
+    const float* l_row = lse + (size_t)bh * T;  // lse and D are (B, NH, T)
+    const float* d_row = D + (size_t)bh * T;
+    float* dq_head = dq + ((size_t)b * T) * C + (size_t)h * HSW;  // row q at + q C
+    const int first = k0 / BQ, tiles = (T + BQ - 1) / BQ;  // query tiles from the diagonal on
+    int* tickets = ticket + (size_t)bh * tiles;
+
+    auto issue = [&](int i) {  // query tile i into buffer i % 2, one cp.async group
+        if (i < tiles) {
+            const int q0 = i * BQ, buf = i % 2;
+            stage_sw128<BQ, 256>(sQ + buf * QT, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+            stage_sw128<BQ, 256>(sG + buf * QT, g_base + (size_t)q0 * C, C, T - q0, dout);
+            const int r = threadIdx.x % 128;  // lse (threads 0-127) and D (128-255) of the tile's queries
+            const bool ok = q0 + r < T;
+            const float* src = (threadIdx.x < 128 ? l_row : d_row) + q0 + r;
+            cp_async_4(lsD + buf * 256 + threadIdx.x, ok ? src : l_row, ok);
+        }
+        cp_async_commit();
+    };
+    stage_sw128<BK, 256>(sK, q_base + (size_t)k0 * rs + C, rs, T - k0, qkv);
+    stage_sw128<BK, 256>(sV, q_base + (size_t)k0 * rs + 2 * C, rs, T - k0, qkv);
+    issue(first);
+
+    const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int kw = k0 + 64 * wg;  // this warpgroup's first key
+    float dk[8][4], dv[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    const uint64_t descK = sw128_desc(sK + 64 * 128 * wg, 1024), descV = sw128_desc(sV + 64 * 128 * wg, 1024);
+    const uint64_t descK_all = sw128_desc(sK, 1024);
+
+    for (int i = first; i < tiles; i++) {
+        const int q0 = i * BQ, buf = i % 2;
+        cp_async_wait<0>();
+        fence_proxy_async();  // this thread's copies, visible to the tensor cores
+        __syncthreads();      // everyone's copies; and everyone is done with tile i - 1's buffers, dS and sum
+        if (threadIdx.x == 0 && i > first && kb > 0) ticket_release(tickets + i - 1);  // tile i - 1's sum is out
+        issue(i + 1);
+        const uint32_t tQ = sQ + buf * QT, tG = sG + buf * QT;
+        const float* tl = lsD + buf * 256;
+        const float* tD = tl + 128;
+        const bool edge = i == first || q0 + BQ > T;  // the diagonal tile or the last: masks needed
+
+        // S^T = K Q^T and dP^T = V dout^T for this warpgroup's 64 keys, in two 64-query halves.
+        float s[2][8][4], dp[2][8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++) {
+            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_ss(s[hq], descK + 2 * kk, dq_desc + 2 * kk, kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_ss(dp[hq], descV + 2 * kk, dg_desc + 2 * kk, kk > 0);
+        }
+        wgmma_commit();
+        // Tile i's ticket, read now and looked at after the dV and dK products are issued.
+        int seen = 0;
+        if (i > first) seen = ticket_relaxed(tickets + i);
+        wgmma_wait<0>();
+
+        // P^T = 2^(s sl2 - lse log2 e), zero where key > query or query >= T; dS^T = P^T (dP^T - D).
+        const int key_r0 = kw + 16 * warp + g;  // the key of e = 0, 1 (e = 2, 3: + 8)
+        uint32_t pa[2][4][4], sa[2][4][4];
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const int qc = 64 * hq + 8 * n + 2 * t;  // the query column of e = 0 (e = 1: + 1)
+                const float2 l2 = *reinterpret_cast<const float2*>(tl + qc);
+                const float2 d2 = *reinterpret_cast<const float2*>(tD + qc);
+                float p[4], ds[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = key_r0 + 8 * (e / 2), q = q0 + qc + (e & 1);
+                    const float lv = (e & 1) ? l2.y : l2.x, dv_ = (e & 1) ? d2.y : d2.x;
+                    p[e] = exp2f(fmaf(s[hq][n][e], sl2, -lv * LOG2E));
+                    if (edge && !(key <= q && q < T)) p[e] = 0.0f;
+                    ds[e] = p[e] * (dp[hq][n][e] - dv_);
+                }
+                pa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(p[0], p[1]);
+                pa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(p[2], p[3]);
+                sa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(ds[0], ds[1]);
+                sa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(ds[2], ds[3]);
+            }
+
+        // dV += P^T dout, dK += dS^T Q over the 128 queries (A from registers, dout and Q MN-major).
+        wgmma_fence();
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++) {
+            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dv, pa[hq][kk], dg_desc + 128 * kk);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dk, sa[hq][kk], dq_desc + 128 * kk);
+        }
+        wgmma_commit();
+
+        // While those run: wait for key block kb + 1's share of this tile (i - kb shares before ours),
+        // then fetch the running sum, 16 bytes a copy, into sum[query][channel]. The fetch cannot
+        // start before the ticket's value is back (it depends on the test), and cp.async.cg reads
+        // the L2, where the writer's release put its sums before the ticket moved; when the early
+        // read already shows our turn it is therefore not repeated with acquire (see the header).
+        if (i > first) {
+            while (seen < i - kb) seen = ticket_acquire(tickets + i);
+#pragma unroll
+            for (int c = 0; c < BQ * HSW / 4 / 256; c++) {
+                const int chunk = threadIdx.x + 256 * c, r = chunk / 16, col = 4 * (chunk % 16);
+                const bool ok = q0 + r < T;
+                cp_async_16(sSum + (r * SP + col) * 4, ok ? dq_head + (size_t)(q0 + r) * C + col : dq, ok);
+            }
+            cp_async_commit();
+        }
+        // dS^T to shared memory: half hq of the queries at sdS + hq * 16 KB, row = key (0-127).
+        {
+            const int r0 = 64 * wg + 16 * warp + g;
+#pragma unroll
+            for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {  // n = 2 kk + half: queries 8n + 2t, + 1
+                        const int chunk = 2 * kk + half;
+                        const uint32_t at = sdS + hq * BK * 128 + 4 * t;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0, chunk)), "r"(sa[hq][kk][2 * half]) : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0 + 8, chunk)), "r"(sa[hq][kk][2 * half + 1]) : "memory");
+                    }
+        }
+        cp_async_wait<0>();  // this thread's share of the running sum (and tile i + 1's copies)
+        block_sync_256();    // both warpgroups' dS^T rows are written; the whole running sum is here
+        // dQ = dS K for queries 64 wg .. 64 wg + 63 of the tile over all 128 keys: dS back as A
+        // fragments (rows = queries) through ldmatrix .trans, K MN-major.
+        uint32_t dsa[8][4];
+        {
+            const int mi = lane / 8;
+            const uint32_t from = sdS + wg * BK * 128;
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) {
+                const int key_row = 16 * kk + (lane % 8) + 8 * (mi / 2);
+                ldmatrix_x4_trans(dsa[kk], from + sw128(key_row, 2 * warp + (mi % 2)));
+            }
+        }
+        float dqa[8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) wgmma_rs_bt(dqa, dsa[kk], descK_all + 128 * kk, kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();  // dV, dK and dQ's share
+
+        // Our share plus the sum so far (none on our diagonal tile: we are the first), then either
+        // the sum back for key block kb - 1 or, from key block 0 (the last), dQ itself in bf16.
+        const int r0 = 64 * wg + 16 * warp + g;  // tile row of e = 0, 1 (e = 2, 3: + 8)
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int ch = 8 * n + 2 * t;
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int r = r0 + 8 * hr, qr = q0 + r;
+                float x = dqa[n][2 * hr], y = dqa[n][2 * hr + 1];
+                if (i > first) {
+                    const float2 before = *reinterpret_cast<const float2*>(sum + r * SP + ch);
+                    x += before.x;
+                    y += before.y;
+                }
+                if (qr < T) {
+                    if (kb == 0)
+                        *reinterpret_cast<uint32_t*>(dqkv + ((size_t)b * T + qr) * rs + (size_t)h * HSW + ch) =
+                            pack_bf16x2(scale * x, scale * y);
+                    else
+                        __stcg(reinterpret_cast<float2*>(dq_head + (size_t)qr * C + ch), make_float2(x, y));
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every thread's part of the last tile's sum is stored
+    if (threadIdx.x == 0 && kb > 0) ticket_release(tickets + tiles - 1);
+
+    store_dk_dv(dqkv, dk, dv, kw + 16 * warp + g, b, h, T, C, scale);  // rows: this warpgroup's keys
+#else
+    __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
+#endif
+}
