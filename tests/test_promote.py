@@ -122,3 +122,58 @@ def test_promoted_is_readable_at_80_columns():
     for entry in read_manifest(KERNELS_DIR)["kernels"].values():
         assert " ".join(entry["title"].split()) in column, entry["title"]
         assert entry["sha256"][:12] in words
+
+
+FIELDS = {"block_size": None, "timed_at": "B=4,T=1024,NH=12,HS=64", "checked_at": [], "median_us": 1.0, "gbps": 1.0,
+          "gpu": "(test: bookkeeping only)", "date": "2026-11-28", "commit": "test"}
+
+
+def test_a_version_bound_to_one_arch_keeps_the_version_it_replaces_as_its_fallback(kernels):
+    """attention_backward 14 (wgmma: sm_90a only, HS == 64 only) promoted over version 10 keeps
+    10's entry, frozen copy and all, as its fallback; promoting another sm_90a version carries the
+    same fallback over; a version for any GPU drops it."""
+    from workbench.promote import record
+    family = Project(ROOT).family("attention_backward")
+    before = record(kernels, family.version(10), None, FIELDS).entry  # a version for any GPU: the start
+    assert "fallback" not in before and not (kernels / "attention_backward.bf16.fallback.cu").exists()
+    text_before = (kernels / before["file"]).read_text()
+    e = record(kernels, family.version(14), None, FIELDS).entry
+    assert e["version"] == 14 and e["arch"] == "sm_90a" and e["fallback"]["version"] == before["version"]
+    spare = kernels / e["fallback"]["file"]
+    assert spare.name == "attention_backward.bf16.fallback.cu" and spare.read_text() == text_before
+    assert e["fallback"]["sha256"] == sha256(spare) and sha256(kernels / e["file"]) == e["sha256"]
+    e = record(kernels, family.version(13), None, FIELDS).entry  # sm_90a too: the same fallback
+    assert e["version"] == 13 and e["fallback"]["version"] == before["version"] and spare.read_text() == text_before
+    e = record(kernels, family.version(10), None, FIELDS).entry  # any GPU: no fallback
+    assert "fallback" not in e and "arch" not in e and not spare.exists()
+    assert read_manifest(kernels)["kernels"]["attention_backward.bf16"] == e
+
+
+def test_the_trainer_runs_the_fallback_off_the_arch_and_at_sizes_the_version_excludes(kernels):
+    from workbench.promote import record
+    family = Project(ROOT).family("attention_backward")
+    fallback = record(kernels, family.version(10), None, FIELDS).entry["version"]
+    record(kernels, family.version(14), None, FIELDS)
+    promoted = PromotedSet(directory=kernels)
+    d12, tiny = {"B": 4, "T": 1024, "NH": 12, "HS": 64}, {"B": 4, "T": 64, "NH": 4, "HS": 16}
+    e, why = promoted.serving("attention_backward", "bf16", None, d12, "sm_90a")
+    assert e["version"] == 14 and why is None
+    e, why = promoted.serving("attention_backward", "bf16", None, d12, "sm_80")
+    assert e["version"] == fallback and "needs sm_90a" in why and "sm_80" in why
+    e, why = promoted.serving("attention_backward", "bf16", None, tiny, "sm_90a")
+    assert e["version"] == fallback and "HS == 64" in why
+    assert promoted.version_of(e).number == fallback and not promoted.version_of(e).unmet(tiny)
+    # version 14 sums dQ in a fixed order: --deterministic runs it as it is, no stand-in
+    e, why = PromotedSet(directory=kernels, deterministic=True).serving("attention_backward", "bf16", None, d12, "sm_90a")
+    assert e["version"] == 14 and why is None
+
+
+def test_the_shipped_wgmma_attention_falls_back_to_a_version_for_any_gpu():
+    """The shipped bf16 attention is the wgmma pair (sm_90a, HS == 64); each keeps a frozen,
+    hash-checked fallback that runs on any GPU and at the tiny preset's 16-channel heads."""
+    promoted = PromotedSet()
+    for family in ("attention_forward", "attention_backward"):
+        e = promoted.manifest[f"{family}.bf16"]
+        assert e["arch"] == "sm_90a" and e["version"] == 14
+        fb = promoted.version_of(e["fallback"])
+        assert fb.arch is None and not fb.unmet({"B": 4, "T": 64, "NH": 2, "HS": 16})

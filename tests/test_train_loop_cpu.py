@@ -312,7 +312,7 @@ def test_under_open_mpi_a_checkpointing_run_says_how_to_give_ranks_time_to_stop(
     notes = []
     ui = types.SimpleNamespace(note=notes.append)
     program = types.SimpleNamespace(shard_elems=10, num_params=10, world=2, calls=[], fused=(), precision="fp32")
-    t = types.SimpleNamespace(program=program, promoted=Promoted())
+    t = types.SimpleNamespace(program=program, promoted=Promoted(), backend=types.SimpleNamespace(fallbacks={}))
     run_ = types.SimpleNamespace(opts=TrainOptions(checkpoint_every=5), resume=None,
                                  launch=Launch(world=2, rank=0, launcher="OMPI_COMM_WORLD_SIZE"))
     if grace is None:

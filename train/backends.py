@@ -22,7 +22,7 @@ import numpy as np
 
 from workbench.errors import WorkbenchError
 from workbench.family import Family, Project, Version, load_version
-from workbench.promote import DETERMINISTIC, MANIFEST, PromoteError, entry_key, read_manifest, sha256
+from workbench.promote import DETERMINISTIC, FALLBACK, MANIFEST, PromoteError, entry_key, read_manifest, sha256
 
 from .errors import TrainError
 from .model import (ITEMSIZE, RECOMPUTED, AllGather, AllReduce, Call, Join, Program, Reduce, Slice, Zero, memory_groups,
@@ -102,20 +102,32 @@ class PromotedSet:
                 if self.entry(f, precision) is not self.manifest.get(entry_key(f, precision))}
 
     def version(self, family: str, precision: str = "fp32", variant: str | None = None) -> Version:
-        key = (family, precision, variant)
-        if key not in self._versions:
-            e = self.entry(family, precision, variant)
-            path = self.dir / e["file"]
+        return self.version_of(self.entry(family, precision, variant))
+
+    def version_of(self, e: dict) -> Version:
+        """The version a manifest entry (or an entry's fallback) froze, its copy checked against its hash."""
+        if e["file"] not in self._versions:
+            family, path = e["family"], self.dir / e["file"]
             if not path.exists():
                 raise TrainError(f"{path} is missing (the manifest lists it for {family}); promote it again")
             if sha256(path) != e["sha256"]:
                 raise TrainError(f"{path} was edited after it was promoted (its hash no longer matches "
                                  f"{self.dir / MANIFEST}); promote {family} again instead of editing the frozen copy")
-            self._versions[key] = load_version(self.project.family(family), e["version"], path)
-        return self._versions[key]
+            self._versions[e["file"]] = load_version(self.project.family(family), e["version"], path)
+        return self._versions[e["file"]]
 
-    def block_size(self, family: str, precision: str = "fp32", variant: str | None = None) -> int | None:
-        return self.entry(family, precision, variant).get("block_size")
+    def serving(self, family: str, precision: str, variant: str | None, sizes: dict[str, int],
+                arch: str) -> tuple[dict, str | None]:
+        """The entry that runs `family` at `sizes` on a GPU whose code is `arch` (e.g. "sm_90a"): the
+        promoted one (entry()), or its fallback where the promoted version cannot run (another arch
+        than its header's, or preconditions these sizes violate); and why the fallback, or None.
+        An entry that cannot run and has no fallback is returned as it is: _prepare says why."""
+        e = self.entry(family, precision, variant)
+        v = self.version_of(e)
+        why = v.arch_refusal(arch) or (f"requires {' and '.join(v.unmet(sizes))}" if v.unmet(sizes) else None)
+        if why is None or FALLBACK not in e:
+            return e, None
+        return e[FALLBACK], f"version {e['version']} {why}"
 
 
 def _family_sizes(family: Family, call: Call) -> dict[str, int]:
@@ -161,6 +173,7 @@ class ReferenceBackend:
         self.host = {name: np.zeros(spec.elems, dtype=np.int64 if spec.dtype == "i32" else np.float64)
                      for name, spec in program.buffers.items()}
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
+        self.fallbacks: dict[str, tuple[dict, str]] = {}  # the references run every size on any host
 
     def view(self, ref: Slice) -> np.ndarray:
         return self.host[ref.buffer][ref.offset:ref.offset + ref.elems]
@@ -253,6 +266,7 @@ class KernelBackend:
         self.comm = comm
         self._collectives: dict[int, PlannedCall] = {}
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
+        self.fallbacks: dict[str, tuple[dict, str]] = {}  # entry key -> (the fallback run, why)
         prepared, scratch_need = self._prepare()
         self.scratch_bytes = sum(n for n, _ in scratch_need.values())
         check_fits(program, self.scratch_bytes, *drv.mem_get_info())  # before anything is allocated
@@ -267,22 +281,31 @@ class KernelBackend:
         self._plan(prepared, scratch_need)
 
     def _prepare(self) -> tuple[list, dict[tuple[str, str], tuple[int, str]]]:
-        """Each call's family, promoted version, sizes and block size, its wiring checked; and the
-        scratch each family needs, shared by its calls (they run one after another on one stream)."""
+        """Each call's family, promoted version (or its fallback: see PromotedSet.serving), sizes and
+        block size, its wiring checked; and the scratch each family needs, shared by its calls (they
+        run one after another on one stream)."""
+        from workbench.compile import device_arch
         from workbench.launch import scratch_sizes
-        promoted = self.promoted
+        promoted, arch = self.promoted, device_arch()
         scratch_need: dict[tuple[str, str], tuple[int, str]] = {}
         prepared = []
         for call in self.program.calls:
             family = promoted.project.family(call.family)
-            version = promoted.version(call.family, call.precision, call.variant)
             sizes = _family_sizes(family, call)
+            entry, why = promoted.serving(call.family, call.precision, call.variant, sizes, arch)
+            version = promoted.version_of(entry)
+            if why:
+                self.fallbacks[entry_key(call.family, call.precision, call.variant)] = (entry, why)
             check_wiring(family, call, sizes, self.dtypes)
+            refusal = version.arch_refusal(arch)
+            if refusal:
+                raise TrainError(f"{call.label}: the promoted {version.label} {refusal}, and no fallback is promoted "
+                                 f"with it; promote a version for any GPU first")
             unmet = version.unmet(sizes)
             if unmet:
                 raise TrainError(f"{call.label}: the promoted {version.label} requires {' and '.join(unmet)}, "
                                  f"which {family.format_sizes(sizes)} violates; promote another version")
-            bs = promoted.block_size(call.family, call.precision, call.variant)
+            bs = entry.get("block_size")
             for name, (nbytes, dtype) in scratch_sizes(version, sizes, bs, _call_params(family, call)).items():
                 key = (call.family, name)
                 scratch_need[key] = (max(nbytes, scratch_need.get(key, (0, dtype))[0]), dtype)

@@ -360,6 +360,8 @@ def _notes(trainer: Trainer, run: Run, ui) -> None:
     for family, e in trainer.promoted.stand_ins({c.family for c in p.calls}, p.precision).items():
         ui.note(f"--deterministic: {family} runs version {e['version']} ({e['title']}) in place of the promoted "
                 f"version {trainer.promoted.manifest[entry_key(family, p.precision)]['version']}")
+    for key, (e, why) in trainer.backend.fallbacks.items():
+        ui.note(f"{key}: the promoted {why}: runs version {e['version']} ({e['title']}), its fallback")
     for family in p.fused:
         e = trainer.promoted.entry(family, p.precision)
         ui.note(f"--fuse-gelu: {family} version {e['version']} ({e['title']})")

@@ -8,6 +8,7 @@ inlined, is copied to <directory>/<family>.cu (<family>.<precision>.cu for other
 fp32), and <directory>/manifest.json records where it came from: family, version, precision,
 block size, source hash, measured time and bandwidth, GPU, date, commit. Its reader
 (`read_manifest`) is the one the trainer uses to load the set and refuse a copy edited by hand.
+A version bound to one GPU arch keeps the entry it replaces as its fallback (`record`).
 
 The workbench knows nothing of the trainer: sizes and directory are arguments.
 """
@@ -27,6 +28,7 @@ from .files import write_text_atomic
 from .results import BenchRun
 
 MANIFEST = "manifest.json"
+FALLBACK = "fallback"  # an entry's "fallback": what the trainer runs where the entry's version cannot
 
 
 class PromoteError(WorkbenchError):
@@ -98,23 +100,50 @@ def promote(session, version: Version, sizes: list[dict[str, int]], directory: P
     timed = row.timings[chosen]
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    key = entry_key(family.name, version.precision, variant)
-    frozen = directory / f"{key}.cu"
-    write_text_atomic(frozen, flatten(version.path))
-    manifest = read_manifest(directory)
-    previous = manifest["kernels"].get(key)
     device = session.device()["device"]
     from .bench import git_commit
-    entry = {
-        "family": family.name, "version": version.number, "precision": version.precision, "title": version.title,
-        "deterministic": version.deterministic, **({"variant": variant} if variant else {}),
-        "file": frozen.name, "block_size": chosen, "source": str(version.path.relative_to(family.project.root)),
-        "sha256": sha256(frozen), "timed_at": family.format_sizes(sizes[0]),
+    fields = {
+        "block_size": chosen, "timed_at": family.format_sizes(sizes[0]),
         "checked_at": [family.format_sizes(s) for s in sizes],
         "median_us": round(timed.median_us, 3), "gbps": round(timed.gbps, 1),
         **({"tflops": round(timed.tflops, 2)} if timed.tflops else {}),
         "gpu": device["name"], "date": datetime.date.today().isoformat(), "commit": git_commit(),
     }
+    return record(directory, version, variant, fields, shapes_note)
+
+
+def record(directory: Path, version: Version, variant: str | None, fields: dict,
+           shapes_note: dict | None = None) -> Promoted:
+    """Freeze `version` into `directory` as the entry for its family, precision and `variant`,
+    with `fields` (what its check and timing measured), and rewrite the manifest.
+
+    A version bound to one GPU arch (its header's `arch`, e.g. wgmma's sm_90a) keeps the entry it
+    replaces as its fallback (<key>.fallback.cu), for the trainer to run on other GPUs and at
+    sizes the version's preconditions exclude; if the replaced entry is bound to an arch too, its
+    own fallback carries over. A version for any arch needs none, and a stale one is removed."""
+    family = version.family
+    directory = Path(directory)
+    key = entry_key(family.name, version.precision, variant)
+    frozen, spare = directory / f"{key}.cu", directory / f"{key}.{FALLBACK}.cu"
+    manifest = read_manifest(directory)
+    previous = manifest["kernels"].get(key)
+    fallback = None
+    if version.arch and previous is not None:
+        if previous.get("arch"):
+            fallback = previous.get(FALLBACK)
+        else:  # the replaced version's frozen copy becomes the fallback's, before the new one overwrites it
+            write_text_atomic(spare, (directory / previous["file"]).read_text())
+            fallback = {**previous, "file": spare.name}
+    write_text_atomic(frozen, flatten(version.path))
+    entry = {
+        "family": family.name, "version": version.number, "precision": version.precision, "title": version.title,
+        "deterministic": version.deterministic, **({"variant": variant} if variant else {}),
+        **({"arch": version.arch} if version.arch else {}),
+        "file": frozen.name, "source": str(version.path.relative_to(family.project.root)),
+        "sha256": sha256(frozen), **fields, **({FALLBACK: fallback} if fallback else {}),
+    }
+    if fallback is None and spare.exists():
+        spare.unlink()
     manifest["kernels"][key] = entry
     if shapes_note:
         manifest["trainer_shapes"] = shapes_note

@@ -406,8 +406,13 @@ def promoted_table(manifest: dict, where: str) -> Fitted:
         _column(wide, col, justify="right" if col in ("v", "block", "time", "GB/s") else "left")
     for col in ("family", "v", "title", "block", "time", "timed at, on"):
         _column(narrow, col, justify="right" if col in ("v", "block", "time") else "left")
+    rows = []
     for key, e in sorted(manifest["kernels"].items()):
-        family, precision = e["family"] if "family" in e else key, e.get("precision", "fp32")
+        rows.append((key, e, ""))
+        if "fallback" in e:  # what the trainer runs where the entry's version cannot (another GPU arch)
+            rows.append((key, e["fallback"], f" (off {e.get('arch', 'its arch')})"))
+    for key, e, where_not in rows:
+        family, precision = (e["family"] if "family" in e else key) + where_not, e.get("precision", "fp32")
         figures = (str(e["version"]), Text(e["title"]), str(e["block_size"] or "-"))
         wide.add_row(family, precision, *figures, fmt_us(e["median_us"]), f"{e['gbps']:.0f}",
                      e["timed_at"], e["gpu"], e["date"], e["sha256"][:12])

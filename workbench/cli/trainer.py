@@ -58,6 +58,10 @@ def promote(project, family, version, block_size, results, timeout, deterministi
     workbench promote layernorm_forward 6 --block-size 256
     workbench promote --best results.json            each family's winner from a bench
     workbench promote encoder_backward 3 --deterministic   the stand-in for train --deterministic
+
+    A version bound to one GPU arch (its header's arch, e.g. sm_90a) keeps the version it replaces
+    as its fallback: the trainer runs that one on other GPUs and where the new one's preconditions
+    fail (say, another head size).
     """
     from .. import promote as pm
     from ..bench import Options, Session, require_pycuda
@@ -109,6 +113,9 @@ def promote(project, family, version, block_size, results, timeout, deterministi
                 console.print(f"[green]promoted[/] {pm.entry_key(fam_name, precision, e.get('variant'))} {e['version']} "
                               f"({escape(e['title'])}) at block size {e['block_size']}: "
                               f"{report.fmt_us(e['median_us'])} at {e['timed_at']} [dim]({was})[/]")
+                if pm.FALLBACK in e:
+                    console.print(f"  off {e['arch']}, and at sizes its preconditions exclude, the trainer runs "
+                                  f"version {e[pm.FALLBACK]['version']} ({escape(e[pm.FALLBACK]['title'])}), kept as its fallback")
     if failures:
         sys.exit(1)
 
