@@ -1,101 +1,59 @@
 /*
-title = "bf16 tensor cores, deterministic: version 8's two kernels with 32 rows a warp, each fragment feeding two mma"
-builds_on = 8
+title = "bf16 wgmma flash backward, dQ summed in a fixed order through L2: deterministic, no atomics, no dQ pass"
+builds_on = 13
 precision = "bf16"
+deterministic = true  # each dQ element is summed over key blocks in one fixed order
 changed = """
-Version 8's split (a dK/dV kernel over key tiles, a dQ kernel over query tiles, no atomics), with
-each warp owning 32 rows (two m16 tiles) instead of 16, in blocks of 4 warps x 32 = 128 rows:
-* dK/dV: a warp's 32 keys keep their K rows as A fragments in registers for the whole loop (V's
-  are reloaded every step: the registers for both are not there); the 64-query tile streamed
-  through the cp.async double buffer is taken 16 queries at a time, and every Q or dout fragment
-  fetched by ldmatrix (for S^T = K Q^T, dP^T = V dout^T, and through .trans for dV += P^T dout,
-  dK += dS^T Q) feeds the warp's two key m-tiles. Whole query tiles take a short copy path (one
-  pointer a thread and tensor), and only sub-tiles that touch the diagonal or T are masked (a
-  second instantiation of the step).
-* dQ: a warp's 32 queries keep their q and dout rows as A fragments; the 64-key tile is taken
-  16 keys at a time, and every K or V fragment (for S, dP, and dQ += dS K) feeds two query m-tiles.
-* Sub-tiles wholly above the diagonal (every key after every query) are skipped warp by warp.
+Version 13 with its dQ atomics replaced by an ordered hand-over between the key blocks of a head:
+* Query tile i gets its dQ shares from key blocks i, i - 1, ..., 0 in that order. Key block kb
+  visits tiles kb, kb + 1, ... in ascending order, so it reaches tile i one step after key block
+  kb + 1 did: when each block's turn comes, the block before it has (nearly always) finished.
+* A ticket a (head, query tile) counts the shares written. Key block kb reads tile i's ticket as
+  the tile's first products start (a relaxed load, not waited for), looks at it once dV and dK
+  are issued, and polls with ld.acquire.gpu only while the count is short of i - kb; then it
+  fetches the running fp32 sum (cp.async.cg: L2 to shared memory) and adds its own share:
+  - the first (kb = i, its diagonal tile) stores its share without reading anything;
+  - the last (kb = 0) writes bf16(scale * sum) straight into dqkv;
+  - any other stores the fp32 sum back, and after the block's next barrier one thread adds 1 to
+    the count (red.release.gpu).
+* So there is no zeroed accumulator (the first share is a store) and no dQ conversion pass, and
+  the sum runs in one order: the result is the same bits every run.
+* The grid's key blocks run from the last to the first (blockIdx.x = key blocks - 1 - kb): a block
+  only waits on blocks launched before it, which the hardware schedules first, so the waits end.
 """
 why = """
-Per warp and sub-tile, from the fragment counts (HS = 64):
-  dK/dV, 32 keys x 16 queries: 64 mma (16 each for S^T, dP^T, dV, dK) for 24 ldmatrix.x4 (4 each
-    of Q, dout, dout^T, Q^T, and 8 of V): 2.7 mma a load. Version 8: 160 mma for 80 loads (2 a
-    load), its K and V fragments reloaded every tile.
-  dQ, 32 queries x 16 keys: 48 mma (16 each for S, dP, dQ) for 12 ldmatrix.x4 (K, V, K^T): 4 a
-    load. Version 8: 96 mma for 48 loads (2 a load).
-An SM reads 128 B of shared memory a clock, an ldmatrix.x4 512 B: 4 clocks; an m16n8k16 is
-~1.5 clocks of an SM's mma.sync throughput. At 2 mma a load the loads cap the tensor pipe at ~2/3;
-at 4 a load they fit under it. The seven products (S and dP computed twice) stay: ~1.4x the
-tensor work of one kernel with dQ by atomics (version 11 is that kernel), against no atomics, no
-fp32 dQ scratch and one barrier a tile.
-Registers (ptxas, sm_90): dK/dV holds K fragments (32), dK and dV (128), S^T and dP^T of a sub-tile
-(32) and V's fragments while dP^T is formed (32): 252 (250 at 8 warps), no spills; with V's
-fragments kept too it spilled 130-160 bytes. dQ holds q and dout fragments (64), dQ (64), S and dP
-of a sub-tile (32): 246 (234), no spills; 32-key sub-tiles spilled. sm_80 spills 16-56 bytes in
-dK/dV. Shared memory: 128 K + 128 V rows and 2 x (64 Q + 64 dout) rows of 144 B, 73 KB a block
-(dQ: 128 q + 128 dout rows and 2 x (64 K + 64 V)), two blocks an SM.
-Block counts at B = 16, T = 1024, NH = 12: 192 heads x 8 tiles = 1536 blocks a kernel on 264
-slots, longest first (the first key tiles see the most queries; the last query tiles the most keys).
-Block size 256: 8 warps, 256 rows a block, one block an SM; each streamed tile serves twice the rows.
-Not yet measured: to be timed on the H100 against versions 7, 8 and cuDNN's 9 in one call.
+Version 13 paid for dQ three times: a pass zeroing the fp32 accumulator, the L2's atomic units
+summing 57 M fp32 additions, and a pass converting the sums to bf16. Ordered shares replace all
+three with plain loads and stores the L2 serves, and make the backward deterministic.
+What the hand-over costs (H200, B = 16, T = 1024, NH = 12, the whole backward timed unflushed by
+CUDA events; scripts and variants in results/h200-session9-2026-11-28): without any ticket test
+(wrong results, timing only) 329-331 us; polling with ld.acquire right after the S and dP
+products are issued 355-357 us (the acquire's L2 round trip, ~0.4 us a tile by %globaltimer, is
+not hidden); this version 343-345 us (version 13: 336-337 us). The early test is a relaxed load
+on purpose: an acquire there measured the same as polling. Correctness of the fast path rests on
+the fetch's control dependency on the ticket and on the fetch reading the L2 (the pattern of the
+CUDA samples' last-block reductions); a count short of our turn is re-read with acquire.
 """
-preconditions = ["HS <= 64"]  # one 64-channel tile (16-byte cp.async rows when HS % 8 == 0, else element by element)
-block_sizes = [128, 256]
+preconditions = ["HS == 64"]
+arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
 
 [scratch]
-D = "B * NH * T"
+D = "B * NH * T"   # dout . out per row, fp32
+dq = "B * T * C"   # the running dQ sums, fp32, laid out (B, T, NH, HS); never zeroed
+ticket = { size = "B * NH * cdiv(T, 128)", dtype = "i32" }   # shares written, per (head, query tile)
 
 [[launch]]
-kernel = "attention_backward10_prep"
-grid = "cdiv(B * T * NH, 32)"
+kernel = "attention_backward14_prep"
+grid = "cdiv(B * T * NH, 32)"   # 8 lanes per (b, t, h) row, 32 rows per block
 block = 256
-args = ["D", "dout", "out", "B", "T", "NH", "HS"]
+args = ["ticket", "D", "dout", "out", "B", "T", "NH", "HS"]
 
 [[launch]]
-kernel = "attention_backward10_dkdv4"
-when = "block_size == 128"
-grid = ["B * NH", "cdiv(T, 128)"]
-block = 128
-shared = "2 * 72 * (2 * 128 + 4 * 64) + 16 * 64"
-args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
-
-[[launch]]
-kernel = "attention_backward10_dkdv8"
-when = "block_size == 256"
-grid = ["B * NH", "cdiv(T, 256)"]
+kernel = "attention_backward14"
+grid = ["cdiv(T, 128)", "B * NH"]   # key blocks fastest, last key block first: see changed
 block = 256
-shared = "2 * 72 * (2 * 256 + 4 * 64) + 16 * 64"
-args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
-
-[[launch]]
-kernel = "attention_backward10_dq4"
-when = "block_size == 128"
-grid = ["B * NH", "cdiv(T, 128)"]
-block = 128
-shared = "2 * 72 * (2 * 128 + 4 * 64)"
-args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
-
-[[launch]]
-kernel = "attention_backward10_dq8"
-when = "block_size == 256"
-grid = ["B * NH", "cdiv(T, 256)"]
-block = 256
-shared = "2 * 72 * (2 * 256 + 4 * 64)"
-args = ["dqkv", "dout", "qkv", "lse", "D", "T", "NH", "HS", "1.0 / sqrt(HS)"]
-
-[[emulate]]
-runs = ["seed=0 PRIORITY"]
-
-[[emulate]]
-sizes = [{ B = 2, T = 100, NH = 3, HS = 16 }]
-runs = ["bs=256 seed=1 EARLY SHUFFLE"]
-
-# whole 64-row tiles over several key and query blocks, HS 32 and 48, T just past and short of a
-# 128-row block; both block sizes, the 256-thread blocks in a shuffled order
-[[emulate]]
-sizes = [{ B = 1, T = 300, NH = 1, HS = 64 }, { B = 2, T = 256, NH = 2, HS = 32 },
-  { B = 1, T = 520, NH = 1, HS = 48 }, { B = 1, T = 129, NH = 2, HS = 64 }, { B = 1, T = 127, NH = 1, HS = 24 }]
-runs = ["bs=128 seed=3 PRIORITY sched_seed=3", "bs=256 seed=3 PRIORITY sched_seed=3 order=7"]
+shared = "1024 + 2 * 128 * 128 + 2 * 2 * 128 * 128 + 128 * 256 + 2 * 2 * 128 * 4 + 128 * 72 * 4"
+args = ["dq", "ticket", "dqkv", "dout", "qkv", "lse", "D", "T", "NH", "1.4426950408889634 / sqrt(HS)", "1.0 / sqrt(HS)"]
 */
 // ---- begin attention_backward_bf16.cuh ----
 // attention_backward_bf16.cuh: the warp-level pieces the bf16 tensor-core versions of
@@ -678,6 +636,33 @@ __device__ __forceinline__ void rows_to_bf16(bf16* dst, int dst_stride, const fl
     }
 }
 
+// dst[0] += x, dst[1] += y as one vector reduction (sm_90; dst 8-byte aligned), no result read.
+__device__ __forceinline__ void red_add_v2(float* dst, float x, float y) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+}
+
+// A warp's 16 keys of dK (times scale) and dV into dqkv's k and v parts: acc[n][e] is the key
+// kr + 8 (e / 2) (kr: the lane's first, warp's first + lane / 4) and channel 8 n + 2 (lane % 4) +
+// e % 2 of head h, the m16n8 accumulator layout (eight n-tiles: 64 channels); keys >= T skipped.
+__device__ __forceinline__ void store_dk_dv(bf16* dqkv, const float (&dk)[8][4], const float (&dv)[8][4], int kr,
+                                            int b, int h, int T, int C, float scale) {
+    const int t = threadIdx.x % 4;
+    const size_t rs = 3 * (size_t)C;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        const int ch = 8 * n + 2 * t;
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int key = kr + 8 * hr;
+            if (key < T) {
+                bf16* row = dqkv + ((size_t)b * T + key) * rs + (size_t)h * 64 + ch;
+                *reinterpret_cast<uint32_t*>(row + C) = pack_bf16x2(scale * dk[n][2 * hr], scale * dk[n][2 * hr + 1]);
+                *reinterpret_cast<uint32_t*>(row + 2 * C) = pack_bf16x2(dv[n][2 * hr], dv[n][2 * hr + 1]);
+            }
+        }
+    }
+}
+
 template <bool B>
 struct Flag {
     static constexpr bool value = B;
@@ -717,237 +702,375 @@ __device__ __forceinline__ void dot_rows(float* D, float* zero, const bf16* dout
 
 #endif  // KERNELS_COMMON_ATTENTION_BACKWARD_BF16_CUH
 
-// ---- end attention_backward_bf16.cuh ----  // load_tile_async, load_queries, load_a16, abt2, ab2, c_to_a, Flag, store_rows, dot_rows
+// ---- end attention_backward_bf16.cuh ----  // dot_rows, rows_to_bf16, red_add_v2, store_dk_dv
+// (already included: bf16.cuh)
+// (already included: mma.cuh)                       // cp_async_16, ldmatrix_x4_trans, pack_bf16x2, smem_addr
+// ---- begin wgmma.cuh ----
+// wgmma.cuh: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) for 64 x 64 x 16 bf16 products
+// with fp32 accumulators, the shared-memory layout it reads (rows of 128 bytes, 128-byte swizzle)
+// and the matrix descriptors that describe that layout to it. attention_forward 12-14 and
+// attention_backward 12 and 13 use it.
+//
+// ---- What changes from mma.sync ------------------------------------------------------------
+// mma.sync (mma.cuh) is a warp's instruction: 16 x 8 x 16, both operands in registers, each
+// fetched from shared memory by ldmatrix first. wgmma is a warpgroup's (4 consecutive warps, 128
+// threads, the first warp's index a multiple of 4): 64 x N x 16 in one instruction, B read by
+// the tensor cores straight from shared memory, A from shared memory or from registers. It is
+// asynchronous: it returns at once, and the accumulators may be read only after
+//     wgmma_commit();      // closes a group of the wgmma issued so far by this warpgroup
+//     wgmma_wait<N>();     // waits until at most N groups are still in flight
+// and before a wgmma uses registers that ordinary instructions wrote (accumulators rescaled, an A
+// fragment packed) the warpgroup issues wgmma_fence(). Shared memory written by ordinary stores or
+// cp.async must be made visible to the tensor cores' own path (the "async proxy") by
+// fence_proxy_async() in each writing thread, before the barrier that precedes the wgmma.
+//
+// ---- Fragments (per warp w of the warpgroup, g = lane / 4, t = lane % 4) ---------------------
+// D (64 x 64 fp32): d[n][e] = D[16 w + g + 8 (e / 2)][8 n + 2 t + (e % 2)], n = 0..7: the warp's
+//   16 rows, laid out exactly like eight mma.sync m16n8 accumulators side by side.
+// A in registers (64 x 16 bf16): a[0..3] as mma.sync's m16n8k16 A fragment of the warp's 16 rows
+//   (mma.cuh): a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] =
+//   A[g+8][2t+8, 2t+9]. So an accumulator of keys 16 kk .. 16 kk + 15 packed to bf16 pairs
+//   ({d[2kk][0,1]}, {d[2kk][2,3]}, {d[2kk+1][0,1]}, {d[2kk+1][2,3]}) is the A fragment of a k-step
+//   of the next product: flash attention's P never leaves registers.
+//
+// ---- The shared-memory tiles ----------------------------------------------------------------
+// A tile is rows of 64 bf16 (128 bytes), starting on a 1024-byte boundary. The 16-byte chunk c
+// (elements 8c .. 8c + 7) of row r sits at byte r * 128 + 16 (c ^ (r % 8)): sw128(r, c). The XOR
+// (the "128-byte swizzle") puts the same chunk of 8 consecutive rows in 8 different bank groups,
+// which is what the tensor cores' reads need, and is the pattern the descriptor names (mode 1).
+// Each operand is described by its major-ness, the dimension along which its 128-byte rows run:
+// * K-major (the product's k index runs along the row): Q and K in S = Q K^T (k = the channel).
+//   Rows r are the m (or n) index; 8-row groups 1024 bytes apart (the stride "SBO"). A k-step of
+//   16 is 32 bytes further along the row: its descriptor is the tile's plus 32 bytes.
+// * MN-major (the n index runs along the row): V in O = P V (k = the key, n = the channel), V's
+//   rows as they come from memory. Rows r are the k index; 8-row groups 1024 bytes apart (SBO
+//   again); with 64 channels the row is one swizzle width, so the leading offset is unused. A
+//   k-step of 16 keys is 16 rows, 2048 bytes further.
+//   The instruction's trans-b flag (1) says B is MN-major.
+//
+// sw128_desc(addr, sbo): the 64-bit descriptor: bits 0-13 the shared address / 16, 16-29 the
+// leading byte offset / 16 (1: unused with this swizzle here), 32-45 the stride byte offset / 16,
+// 62-63 the swizzle mode (1 = 128-byte). Base offset (bits 49-51) 0: tiles start 1024-aligned.
+//
+// wgmma_ss(d, da, db, accumulate): d (+)= A B^T-style product with A (64 x 16, K-major) and B
+//   (64 x 16 as n x k, K-major) both in shared memory; accumulate = false overwrites d.
+// wgmma_rs_bt(d, a, db, accumulate = true): d (+)= A B with A in registers and B (16 x 64 as k x n)
+//   MN-major in shared memory; accumulate = false overwrites d.
 
-#define BQ 64  // queries per streamed tile of the dK/dV kernel
-#define BK 64  // keys per streamed tile of the dQ kernel
+#ifndef KERNELS_ATTENTION_FORWARD_WGMMA_CUH
+#define KERNELS_ATTENTION_FORWARD_WGMMA_CUH
 
-extern "C" __global__ void attention_backward10_prep(float* D, const bf16* dout, const bf16* out,
+#include <stdint.h>
+// (already included: mma.cuh)  // cp_async_16
+
+__device__ __forceinline__ uint32_t sw128(int r, int c) {
+    return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+// stage_sw128<ROWS, THREADS>(dst, src, rs, valid, any): ROWS rows of 64 bf16 (row r at src + r * rs)
+// copied by cp.async into the swizzled tile at shared address dst by THREADS threads (the caller
+// commits and waits); rows at or past `valid` are zero-filled, their source `any` (not read).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void stage_sw128(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
+    static_assert(ROWS * 8 % THREADS == 0, "whole passes");
+#pragma unroll
+    for (int k = 0; k < ROWS * 8 / THREADS; k++) {
+        const int i = threadIdx.x + THREADS * k, r = i / 8, c = i % 8;
+        const bool ok = r < valid;
+        cp_async_16(dst + sw128(r, c), ok ? src + (size_t)r * rs + 8 * c : any, ok);
+    }
+}
+
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#define WGMMA_D32                                                                                          \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+    "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D32_OPERANDS(d)                                                                            \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), \
+    "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), \
+    "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), \
+    "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t da, uint64_t db, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32 ", %32, %33, acc, 1, 1, 0, 0;\n}\n"
+        : WGMMA_D32_OPERANDS(d)
+        : "l"(da), "l"(db), "r"((int)accumulate));
+}
+
+__device__ __forceinline__ void wgmma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db,
+                                            bool accumulate = true) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32
+        ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}\n"
+        : WGMMA_D32_OPERANDS(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)accumulate));
+}
+#undef WGMMA_D32
+#undef WGMMA_D32_OPERANDS
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+#endif  // KERNELS_ATTENTION_FORWARD_WGMMA_CUH
+
+// ---- end wgmma.cuh ----                     // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
+
+#define BK 128   // keys a block: two warpgroups of 64
+#define BQ 128   // queries a streamed tile: two halves of 64
+#define HSW 64   // the head size this version is written for
+#define LOG2E 1.4426950408889634f
+
+// D = dout . out per (b, h, t) row, and every (head, query tile) ticket set to 0.
+extern "C" __global__ void attention_backward14_prep(int* ticket, float* D, const bf16* dout, const bf16* out,
                                                      int B, int T, int NH, int HS) {
     dot_rows(D, nullptr, dout, out, B, T, NH, HS);
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (long long)B * NH * ((T + 127) / 128)) ticket[i] = 0;
 }
 
-// dK and dV of 32 WARPS keys: warp w owns keys kw = k0 + 32 w .. kw + 31 (m-tiles kw, kw + 16) and
-// walks the query tiles from the block's first key to T, 16 queries at a time. Accumulator element
-// x[mt][j][e] of S^T, dP^T is (key kw + 16 mt + g + 8 (e / 2), query qs + 8 j + 2 t + e % 2).
-template <int WARPS>
-__device__ __forceinline__ void dkdv10(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                       const float* D, int T, int NH, int HS, float scale) {
-    constexpr int THREADS = 32 * WARPS, BC = 32 * WARPS, DT = AB_DH / 8, KT = AB_DH / 16;
-    constexpr int PASS = THREADS / 8;  // rows a pass of 16-byte copies covers (8 a row)
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sK = reinterpret_cast<bf16*>(smem);  // [BC][PITCH]
-    bf16* sV = sK + BC * AB_PITCH;             // [BC][PITCH]
-    bf16* sQ = sV + BC * AB_PITCH;             // [2][BQ][PITCH]
-    bf16* sG = sQ + 2 * BQ * AB_PITCH;         // [2][BQ][PITCH]
-    float* sL = reinterpret_cast<float*>(sG + 2 * BQ * AB_PITCH);  // [2][BQ]
-    float* sD = sL + 2 * BQ;                                        // [2][BQ]
+// Both warpgroups wait for each other (named barrier 3: __syncthreads without the copies' meaning).
+__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int k0 = blockIdx.y * BC, kw = k0 + 32 * warp;
-    const int C = NH * HS;
-    const size_t rs = 3 * (size_t)C;
-    const bf16* qbase = qkv + (size_t)b * T * rs + (size_t)h * HS;
-    const bf16* gbase = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float* lrow = lse + (size_t)bh * T;
-    const float* drow = D + (size_t)bh * T;
-    const float sl2 = scale * AB_LOG2E;
-
-    // A whole query tile with HS % 8 == 0 (every tile but a sequence's last): this thread's 16-byte
-    // pieces sit at one pointer plus multiples of PASS rows; pieces past HS are zero-filled from
-    // the row's start. Anything else goes through load_queries' general path.
-    const int cr = threadIdx.x / 8, cc = 8 * (threadIdx.x % 8);
-    const bool cvalid = cc < HS;
-    const bf16* qsrc = qbase + (size_t)cr * rs + (cvalid ? cc : 0);
-    const bf16* gsrc = gbase + (size_t)cr * C + (cvalid ? cc : 0);
-    auto stage = [&](int q0, int buf) {  // one cp.async group: the query tile q0 into buffer buf
-        if (HS % 8 == 0 && q0 + BQ <= T) {
-            const uint32_t qd = smem_addr(sQ + (buf * BQ + cr) * AB_PITCH + cc);
-            const uint32_t gd = smem_addr(sG + (buf * BQ + cr) * AB_PITCH + cc);
-            const bf16* qp = qsrc + (size_t)q0 * rs;
-            const bf16* gp = gsrc + (size_t)q0 * C;
-#pragma unroll
-            for (int k = 0; k < BQ / PASS; k++) {
-                cp_async_16(qd + 2 * k * PASS * AB_PITCH, qp + (size_t)k * PASS * rs, cvalid);
-                cp_async_16(gd + 2 * k * PASS * AB_PITCH, gp + (size_t)k * PASS * C, cvalid);
-            }
-            if (threadIdx.x < BQ) {
-                cp_async_4(sL + buf * BQ + threadIdx.x, lrow + q0 + threadIdx.x, true);
-                cp_async_4(sD + buf * BQ + threadIdx.x, drow + q0 + threadIdx.x, true);
-            }
-            cp_async_commit();
-        } else {
-            load_queries<THREADS>(sQ + buf * BQ * AB_PITCH, sG + buf * BQ * AB_PITCH, sL + buf * BQ, sD + buf * BQ,
-                                  qbase, rs, gbase, C, lrow, drow, q0, T, HS);
-        }
-    };
-    load_tile_async<BC, THREADS>(sK, qbase + C, rs, k0, T, HS, qkv);
-    load_tile_async<BC, THREADS>(sV, qbase + 2 * C, rs, k0, T, HS, qkv);
-    stage(k0, 0);  // group 0: K, V and the first query tile
-
-    unsigned ka[2][KT][4];  // this warp's K rows as A fragments
-    float dk[2][DT][4] = {}, dv[2][DT][4] = {};
-
-    // 16 queries qs = q0 + 16 sub of the tile in buffer buf against the warp's 32 keys. MASK: the
-    // sub-tile touches the diagonal or the sequence end (p = 0 where key > query or query >= T).
-    auto step = [&](int q0, int sub, int buf, auto MASK) {
-        const bf16* q_s = sQ + (buf * BQ + 16 * sub) * AB_PITCH;
-        const bf16* g_s = sG + (buf * BQ + 16 * sub) * AB_PITCH;
-        const int col = buf * BQ + 16 * sub + 2 * t;  // lse / D of query q0 + 16 sub + 2 t + 8 j + (e & 1)
-        float s[2][2][4] = {}, dp[2][2][4] = {};
-        abt2<2>(s, ka, q_s);  // S^T = K Q^T
-        {
-            unsigned va[2][KT][4];  // V's fragments, reloaded every step: not the registers to keep them
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) load_a16(va[mt], sV + (32 * warp + 16 * mt) * AB_PITCH);
-            abt2<2>(dp, va, g_s);  // dP^T = V dout^T
-        }
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const float2 l2 = *reinterpret_cast<const float2*>(sL + col + 8 * j);
-            const float2 d2 = *reinterpret_cast<const float2*>(sD + col + 8 * j);
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float p = exp2f(fmaf(s[mt][j][e], sl2, -((e & 1) ? l2.y : l2.x) * AB_LOG2E));
-                    if constexpr (decltype(MASK)::value) {
-                        const int query = q0 + 16 * sub + 2 * t + 8 * j + (e & 1), key = kw + 16 * mt + g + 8 * (e >> 1);
-                        if (key > query || query >= T) p = 0.0f;
-                    }
-                    s[mt][j][e] = p;
-                    dp[mt][j][e] = p * (dp[mt][j][e] - ((e & 1) ? d2.y : d2.x));
-                }
-        }
-        unsigned a[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) c_to_a<2>(a[mt], s[mt], 0);  // P^T (32 keys x 16 queries)
-        ab2(dv, a, g_s);                                            // dV += P^T dout
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) c_to_a<2>(a[mt], dp[mt], 0);  // dS^T
-        ab2(dk, a, q_s);                                             // dK += dS^T Q
-    };
-
-    int buf = 0;
-    for (int q0 = k0; q0 < T; q0 += BQ, buf ^= 1) {
-        cp_async_wait<0>();
-        __syncthreads();  // this tile landed everywhere; every warp is done with the other buffer
-        if (q0 == k0) {
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) load_a16(ka[mt], sK + (32 * warp + 16 * mt) * AB_PITCH);
-        }
-        if (q0 + BQ < T) stage(q0 + BQ, buf ^ 1);
-#pragma unroll 1
-        for (int sub = 0; sub < BQ / 16; sub++) {
-            const int qs = q0 + 16 * sub;
-            if (qs >= T || qs + 15 < kw) continue;  // past the end, or every query before every key
-            if (kw + 31 > qs || qs + 16 > T) step(q0, sub, buf, Flag<true>{});
-            else step(q0, sub, buf, Flag<false>{});
-        }
-    }
-    bf16* out = dqkv + (size_t)b * T * rs + (size_t)h * HS;
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++) {
-        store_rows<DT>(out + C, rs, kw + 16 * mt, T, 0, HS, dk[mt], scale);
-        store_rows<DT>(out + 2 * C, rs, kw + 16 * mt, T, 0, HS, dv[mt], 1.0f);
-    }
+// The ticket as the L2 holds it (relaxed, GPU scope: a load that returns whenever its register is
+// first used), and the same with acquire: ordered before every later load of this thread. ptxas
+// makes the acquire a load plus an L1 invalidation that waits for it, a full L2 round trip.
+__device__ __forceinline__ int ticket_relaxed(const int* p) {
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ int ticket_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
 
-// dQ of 32 WARPS queries: warp w owns queries qw = q0 + 32 w .. qw + 31 (m-tiles qw, qw + 16) and
-// walks the key tiles 0, BK, ... up to its block's last query, 16 keys at a time. Accumulator
-// element x[mt][j][e] of S, dP is (query qw + 16 mt + g + 8 (e / 2), key ks + 8 j + 2 t + e % 2).
-template <int WARPS>
-__device__ __forceinline__ void dq10(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                     const float* D, int T, int NH, int HS, float scale) {
-    constexpr int THREADS = 32 * WARPS, BR = 32 * WARPS, DT = AB_DH / 8, KT = AB_DH / 16;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16* sQ = reinterpret_cast<bf16*>(smem);  // [BR][PITCH] (read once into registers)
-    bf16* sG = sQ + BR * AB_PITCH;             // [BR][PITCH]
-    bf16* sK = sG + BR * AB_PITCH;             // [2][BK][PITCH]
-    bf16* sV = sK + 2 * BK * AB_PITCH;         // [2][BK][PITCH]
+// ticket += 1, after (release, GPU scope) every store this thread has seen, the block's through its barrier.
+__device__ __forceinline__ void ticket_release(int* p) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
+}
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR, qw = q0 + 32 * warp;  // last tiles first
-    const int C = NH * HS;
+extern "C" __global__ void __launch_bounds__(256, 1)
+attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                     const float* D, int T, int NH, float sl2, float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 smem4[];
+    const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
+    constexpr uint32_t QT = BQ * 128;                           // a 128-row tile: 16 KB
+    constexpr uint32_t HALF = 64 * 128;                         // its 64-row halves: 8 KB
+    constexpr int SP = 72;                                      // floats a row of the running sum (64 + 8)
+    const uint32_t sK = base, sV = sK + BK * 128;               // the block's keys and values
+    const uint32_t sQ = sV + BK * 128, sG = sQ + 2 * QT;        // Q and dout tiles, two buffers each
+    const uint32_t sdS = sG + 2 * QT;                           // dS^T: [query half][128 keys][64 queries]
+    const uint32_t sLD = sdS + 2 * BK * 128;                    // lse[2][128], D[2][128] (fp32)
+    const uint32_t sSum = sLD + 2 * 2 * 128 * 4;                // the tile's running dQ sum: [128 queries][SP]
+    char* const smem = reinterpret_cast<char*>(smem4);
+    float* lsD = reinterpret_cast<float*>(smem + (sLD - smem_addr(smem4)));
+    const float* sum = reinterpret_cast<const float*>(smem + (sSum - smem_addr(smem4)));
+
+    const int kb = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;  // last key block first: see the header
+    const int k0 = kb * BK;
+    const int b = bh / NH, h = bh % NH;
+    const int C = NH * HSW;
     const size_t rs = 3 * (size_t)C;
-    const bf16* qbase = qkv + (size_t)b * T * rs + (size_t)h * HS;
-    const float sl2 = scale * AB_LOG2E;
+    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
+    const bf16* g_base = dout + (size_t)b * T * C + (size_t)h * HSW;
+    const float* l_row = lse + (size_t)bh * T;  // lse and D are (B, NH, T)
+    const float* d_row = D + (size_t)bh * T;
+    float* dq_head = dq + ((size_t)b * T) * C + (size_t)h * HSW;  // row q at + q C
+    const int first = k0 / BQ, tiles = (T + BQ - 1) / BQ;  // query tiles from the diagonal on
+    int* tickets = ticket + (size_t)bh * tiles;
 
-    // lse (times log2 e) and D of this thread's four rows, qw + 16 mt + g + 8 r.
-    float l2[2][2], d[2][2];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = qw + 16 * mt + g + 8 * r;
-            l2[mt][r] = row < T ? lse[(size_t)bh * T + row] * AB_LOG2E : 0.0f;
-            d[mt][r] = row < T ? D[(size_t)bh * T + row] : 0.0f;
+    auto issue = [&](int i) {  // query tile i into buffer i % 2, one cp.async group
+        if (i < tiles) {
+            const int q0 = i * BQ, buf = i % 2;
+            stage_sw128<BQ, 256>(sQ + buf * QT, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+            stage_sw128<BQ, 256>(sG + buf * QT, g_base + (size_t)q0 * C, C, T - q0, dout);
+            const int r = threadIdx.x % 128;  // lse (threads 0-127) and D (128-255) of the tile's queries
+            const bool ok = q0 + r < T;
+            const float* src = (threadIdx.x < 128 ? l_row : d_row) + q0 + r;
+            cp_async_4(lsD + buf * 256 + threadIdx.x, ok ? src : l_row, ok);
         }
-
-    auto stage = [&](int k0, int buf) {
-        load_tile_async<BK, THREADS>(sK + buf * BK * AB_PITCH, qbase + C, rs, k0, T, HS, qkv);
-        load_tile_async<BK, THREADS>(sV + buf * BK * AB_PITCH, qbase + 2 * C, rs, k0, T, HS, qkv);
         cp_async_commit();
     };
-    load_tile_async<BR, THREADS>(sQ, qbase, rs, q0, T, HS, qkv);
-    load_tile_async<BR, THREADS>(sG, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T, HS, dout);
-    stage(0, 0);  // one group: Q, dout and the first key tile
+    stage_sw128<BK, 256>(sK, q_base + (size_t)k0 * rs + C, rs, T - k0, qkv);
+    stage_sw128<BK, 256>(sV, q_base + (size_t)k0 * rs + 2 * C, rs, T - k0, qkv);
+    issue(first);
 
-    unsigned qa[2][KT][4], ga[2][KT][4];  // this warp's q and dout rows as A fragments
-    float dq[2][DT][4] = {};
-    const int kend = min(q0 + BR, T);  // keys after the block's last query are masked for all of it
-    int buf = 0;
-    for (int k0 = 0; k0 < kend; k0 += BK, buf ^= 1) {
-        cp_async_wait<0>();
-        __syncthreads();  // this key tile landed everywhere; every warp is done with the other buffer
-        if (k0 == 0) {
+    const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int kw = k0 + 64 * wg;  // this warpgroup's first key
+    float dk[8][4], dv[8][4];
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                load_a16(qa[mt], sQ + (32 * warp + 16 * mt) * AB_PITCH);
-                load_a16(ga[mt], sG + (32 * warp + 16 * mt) * AB_PITCH);
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    const uint64_t descK = sw128_desc(sK + 64 * 128 * wg, 1024), descV = sw128_desc(sV + 64 * 128 * wg, 1024);
+    const uint64_t descK_all = sw128_desc(sK, 1024);
+
+    for (int i = first; i < tiles; i++) {
+        const int q0 = i * BQ, buf = i % 2;
+        cp_async_wait<0>();
+        fence_proxy_async();  // this thread's copies, visible to the tensor cores
+        __syncthreads();      // everyone's copies; and everyone is done with tile i - 1's buffers, dS and sum
+        if (threadIdx.x == 0 && i > first && kb > 0) ticket_release(tickets + i - 1);  // tile i - 1's sum is out
+        issue(i + 1);
+        const uint32_t tQ = sQ + buf * QT, tG = sG + buf * QT;
+        const float* tl = lsD + buf * 256;
+        const float* tD = tl + 128;
+        const bool edge = i == first || q0 + BQ > T;  // the diagonal tile or the last: masks needed
+
+        // S^T = K Q^T and dP^T = V dout^T for this warpgroup's 64 keys, in two 64-query halves.
+        float s[2][8][4], dp[2][8][4];
+        wgmma_fence();
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++) {
+            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_ss(s[hq], descK + 2 * kk, dq_desc + 2 * kk, kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_ss(dp[hq], descV + 2 * kk, dg_desc + 2 * kk, kk > 0);
+        }
+        wgmma_commit();
+        // Tile i's ticket, read now and looked at after the dV and dK products are issued.
+        int seen = 0;
+        if (i > first) seen = ticket_relaxed(tickets + i);
+        wgmma_wait<0>();
+
+        // P^T = 2^(s sl2 - lse log2 e), zero where key > query or query >= T; dS^T = P^T (dP^T - D).
+        const int key_r0 = kw + 16 * warp + g;  // the key of e = 0, 1 (e = 2, 3: + 8)
+        uint32_t pa[2][4][4], sa[2][4][4];
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const int qc = 64 * hq + 8 * n + 2 * t;  // the query column of e = 0 (e = 1: + 1)
+                const float2 l2 = *reinterpret_cast<const float2*>(tl + qc);
+                const float2 d2 = *reinterpret_cast<const float2*>(tD + qc);
+                float p[4], ds[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = key_r0 + 8 * (e / 2), q = q0 + qc + (e & 1);
+                    const float lv = (e & 1) ? l2.y : l2.x, dv_ = (e & 1) ? d2.y : d2.x;
+                    p[e] = exp2f(fmaf(s[hq][n][e], sl2, -lv * LOG2E));
+                    if (edge && !(key <= q && q < T)) p[e] = 0.0f;
+                    ds[e] = p[e] * (dp[hq][n][e] - dv_);
+                }
+                pa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(p[0], p[1]);
+                pa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(p[2], p[3]);
+                sa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(ds[0], ds[1]);
+                sa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(ds[2], ds[3]);
+            }
+
+        // dV += P^T dout, dK += dS^T Q over the 128 queries (A from registers, dout and Q MN-major).
+        wgmma_fence();
+#pragma unroll
+        for (int hq = 0; hq < 2; hq++) {
+            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dv, pa[hq][kk], dg_desc + 128 * kk);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dk, sa[hq][kk], dq_desc + 128 * kk);
+        }
+        wgmma_commit();
+
+        // While those run: wait for key block kb + 1's share of this tile (i - kb shares before ours),
+        // then fetch the running sum, 16 bytes a copy, into sum[query][channel]. The fetch cannot
+        // start before the ticket's value is back (it depends on the test), and cp.async.cg reads
+        // the L2, where the writer's release put its sums before the ticket moved; when the early
+        // read already shows our turn it is therefore not repeated with acquire (see the header).
+        if (i > first) {
+            while (seen < i - kb) seen = ticket_acquire(tickets + i);
+#pragma unroll
+            for (int c = 0; c < BQ * HSW / 4 / 256; c++) {
+                const int chunk = threadIdx.x + 256 * c, r = chunk / 16, col = 4 * (chunk % 16);
+                const bool ok = q0 + r < T;
+                cp_async_16(sSum + (r * SP + col) * 4, ok ? dq_head + (size_t)(q0 + r) * C + col : dq, ok);
+            }
+            cp_async_commit();
+        }
+        // dS^T to shared memory: half hq of the queries at sdS + hq * 16 KB, row = key (0-127).
+        {
+            const int r0 = 64 * wg + 16 * warp + g;
+#pragma unroll
+            for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {  // n = 2 kk + half: queries 8n + 2t, + 1
+                        const int chunk = 2 * kk + half;
+                        const uint32_t at = sdS + hq * BK * 128 + 4 * t;
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0, chunk)), "r"(sa[hq][kk][2 * half]) : "memory");
+                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0 + 8, chunk)), "r"(sa[hq][kk][2 * half + 1]) : "memory");
+                    }
+        }
+        cp_async_wait<0>();  // this thread's share of the running sum (and tile i + 1's copies)
+        block_sync_256();    // both warpgroups' dS^T rows are written; the whole running sum is here
+        // dQ = dS K for queries 64 wg .. 64 wg + 63 of the tile over all 128 keys: dS back as A
+        // fragments (rows = queries) through ldmatrix .trans, K MN-major.
+        uint32_t dsa[8][4];
+        {
+            const int mi = lane / 8;
+            const uint32_t from = sdS + wg * BK * 128;
+#pragma unroll
+            for (int kk = 0; kk < 8; kk++) {
+                const int key_row = 16 * kk + (lane % 8) + 8 * (mi / 2);
+                ldmatrix_x4_trans(dsa[kk], from + sw128(key_row, 2 * warp + (mi % 2)));
             }
         }
-        if (k0 + BK < kend) stage(k0 + BK, buf ^ 1);
-#pragma unroll 1
-        for (int sub = 0; sub < BK / 16; sub++) {
-            const int ks = k0 + 16 * sub;
-            if (qw >= T || ks > qw + 31) continue;  // no row of this warp, or every key after every query
-            const bf16* k_s = sK + (buf * BK + 16 * sub) * AB_PITCH;
-            float s[2][2][4] = {}, dp[2][2][4] = {};
-            abt2<2>(s, qa, k_s);                                     // S = Q K^T
-            abt2<2>(dp, ga, sV + (buf * BK + 16 * sub) * AB_PITCH);  // dP = dout V^T
-            const bool edge = ks + 15 > qw;  // some key after some query of this warp
+        float dqa[8][4];
+        wgmma_fence();
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++)
+        for (int kk = 0; kk < 8; kk++) wgmma_rs_bt(dqa, dsa[kk], descK_all + 128 * kk, kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();  // dV, dK and dQ's share
+
+        // Our share plus the sum so far (none on our diagonal tile: we are the first), then either
+        // the sum back for key block kb - 1 or, from key block 0 (the last), dQ itself in bf16.
+        const int r0 = 64 * wg + 16 * warp + g;  // tile row of e = 0, 1 (e = 2, 3: + 8)
 #pragma unroll
-                for (int j = 0; j < 2; j++)
+        for (int n = 0; n < 8; n++) {
+            const int ch = 8 * n + 2 * t;
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int r = e >> 1, query = qw + 16 * mt + g + 8 * r, key = ks + 8 * j + 2 * t + (e & 1);
-                        float p = exp2f(fmaf(s[mt][j][e], sl2, -l2[mt][r]));
-                        if (edge && key > query) p = 0.0f;  // keys >= T are after every query < T
-                        dp[mt][j][e] = p * (dp[mt][j][e] - d[mt][r]);
-                    }
-            unsigned a[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) c_to_a<2>(a[mt], dp[mt], 0);
-            ab2(dq, a, k_s);  // dQ += dS K over the sub-tile's 16 keys
+            for (int hr = 0; hr < 2; hr++) {
+                const int r = r0 + 8 * hr, qr = q0 + r;
+                float x = dqa[n][2 * hr], y = dqa[n][2 * hr + 1];
+                if (i > first) {
+                    const float2 before = *reinterpret_cast<const float2*>(sum + r * SP + ch);
+                    x += before.x;
+                    y += before.y;
+                }
+                if (qr < T) {
+                    if (kb == 0)
+                        *reinterpret_cast<uint32_t*>(dqkv + ((size_t)b * T + qr) * rs + (size_t)h * HSW + ch) =
+                            pack_bf16x2(scale * x, scale * y);
+                    else
+                        __stcg(reinterpret_cast<float2*>(dq_head + (size_t)qr * C + ch), make_float2(x, y));
+                }
+            }
         }
     }
-    bf16* out = dqkv + (size_t)b * T * rs + (size_t)h * HS;
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++) store_rows<DT>(out, rs, qw + 16 * mt, T, 0, HS, dq[mt], scale);
-}
+    cp_async_wait<0>();
+    __syncthreads();  // every thread's part of the last tile's sum is stored
+    if (threadIdx.x == 0 && kb > 0) ticket_release(tickets + tiles - 1);
 
-#define ENTRY(name, body, WARPS, MIN_BLOCKS)                                                               \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS)                                   \
-    name(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D, int T, int NH,  \
-         int HS, float scale) {                                                                            \
-        body<WARPS>(dqkv, dout, qkv, lse, D, T, NH, HS, scale);                                            \
-    }
-ENTRY(attention_backward10_dkdv4, dkdv10, 4, 2)
-ENTRY(attention_backward10_dkdv8, dkdv10, 8, 1)
-ENTRY(attention_backward10_dq4, dq10, 4, 2)
-ENTRY(attention_backward10_dq8, dq10, 8, 1)
+    store_dk_dv(dqkv, dk, dv, kw + 16 * warp + g, b, h, T, C, scale);  // rows: this warpgroup's keys
+#else
+    __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
+#endif
+}

@@ -1,96 +1,37 @@
 /*
-title = "bf16 flash attention, 32 query rows a warp: each K/V fragment feeds two mma, P V a tile behind"
+title = "bf16 wgmma flash attention, unserialised: P V waited for at once, so ptxas keeps the warpgroup MMA asynchronous"
+builds_on = 13
 precision = "bf16"
 changed = """
-Version 8's kernel (mma.m16n8k16, ldmatrix, cp.async, P kept in registers) reorganised around the
-two things that bound it, shared-memory traffic and instructions issued per mma:
-* A warp owns 32 query rows (two m16 tiles) instead of 16, so every K or V fragment it loads
-  with ldmatrix feeds two mma; a block is 4 warps x 32 = 128 query rows (was 64), sharing each
-  64-key K/V tile.
-* P V runs a tile behind Q K^T: iteration j computes the scores of tile j and, independently,
-  o += P_{j-1} V_{j-1}, so the scheduler can interleave those mma with the softmax's MUFU and
-  FFMA work inside the warp; the V stream is staged one tile behind the K stream.
-* One barrier per tile (was two): the copies for tile j + 2 are issued right after the barrier
-  that ends tile j - 1, into the buffers that barrier freed; three K and three V buffers.
-* The softmax's reference point moves lazily: o is rescaled (64 FMUL a lane) only when a row's
-  maximum passes the reference by more than a factor 2^8: almost only on the first tile.
-* The steady state is one straight block of code (compile-time step flags), and whole-tile copies
-  take a short address path.
-For HS > 64 (head padded to 128), a warp keeps 16 rows (Q and O twice the size) in 64-row blocks,
-with the other changes.
+One line of version 13 moves, and what ptxas builds changes with it:
+* Version 13 committed a tile's P V and waited for it only with the next tile's S, so the
+  product would run on behind the loop's bookkeeping. ptxas saw a path (the loop never entered:
+  o still its zeros) that merged with o from a P V in flight, and serialised every wgmma of the
+  kernel to be safe: "(C7515) Potential Performance Loss: wgmma.mma_async instructions are
+  serialized" (`workbench run` shows that line among the compiler's warnings).
+* Here each P V is waited for right after its commit. The warpgroup no longer overlaps its own
+  P V with its next copies' wait, but ptxas lets S's four wgmma and P V's four run as the
+  asynchronous pipelines they are. The other three warpgroups of the SM cover the wait.
+* A tile is still released (the "empty" mbarrier) after the next tile's S is waited for, as in
+  version 13: releasing it right after its own P V measured slower (notes).
 """
 why = """
-Counts per warp and 64-key tile at HS = 64, from the sm_90 SASS (cuobjdump), the steady state:
-  version 8, 16 rows: 64 HMMA, 32 LDSM.x4 (16 KB of shared reads), ~420 instructions (the
-    softmax and P V 250, Q K^T 60, the K/V copies 110), 2 barriers for 4 warps: 6.6 issued a mma.
-  version 10, 32 rows: 128 HMMA, 32 LDSM.x4 (the same 16 KB), ~600 instructions (the step 523 -
-    the 64 rescaling FMULs only when the maximum moved - the copies ~55, the loop ~20), 1 barrier:
-    4.7 a mma, and half the shared-memory bytes a mma.
-An H100 SM reads 128 B of shared memory a clock: version 8's 16 KB per 64 mma is 128 clocks for
-64 x 4096 FLOP, a cap of 2048 FLOP/clk/SM, ~470 TFLOP/s at 1.75 GHz, close enough to what mma.sync
-delivers (~2/3 of the 4096 FLOP/clk/SM of wgmma) that the two compete; at 32 rows the cap
-doubles. Each SM issues one instruction a clock per scheduler: at 6.6 instructions a mma,
-version 8 spends ~6.6 clocks of issue per mma against ~6 of tensor time; 4.7 leaves headroom.
-The MUFU.EX2 (16 a clock per SM) are 64 per 128 mma: ~8 clocks each per scheduler, 512 against
-~770 of tensor time a tile, overlapped with P V of the previous tile (the lag).
-K/V from L2: a block's 16 KB per tile now serves 128 query rows, not 64: at B = 4, T = 1024,
-NH = 12, 57 MB instead of 107 MB.
-Registers: Q fragments 32, o 64, s 64, the lagging P 32 (bf16 pairs), m and l 8: ptxas uses 255
-(no spills), so 2 blocks (8 warps) an SM: 128 threads x 255 x 2 fits 64 K registers. Shared
-memory: (128 Q rows + 3 x 64 K + 3 x 64 V rows) x 144 B = 72 KB a block, 144 KB for two.
-Fewer warps (8 an SM, version 8 had 16) hide less latency: the lag and the two independent m
-tiles per warp are what keep the tensor pipe fed.
-Scheduling: query tiles are dispatched longest first (blockIdx.y reversed) and the hardware hands
-the next block to the SM that frees a slot: at B = 4 that is 384 blocks of 2..16 key tiles on
-264 slots (2 an SM). A model of it (an SM's two blocks share its throughput, one alone runs at
-0.65 of it) gives 87% of a perfect balance (93% at B = 8); pairing query tile i with 7 - i in one
-block (equal work) gives 192 blocks for 264 slots: 73%. Warps 0-1 of a block finish one tile
-before warps 2-3 (their rows end 64 keys earlier); the other block on the SM uses the gap.
-Only each warp's diagonal tile is masked; rows past T are computed and not stored; a warp with
-no row below T only keeps the barriers.
-Prediction (to be measured): if version 8 is bound by issue and shared-memory bandwidth, the
-ratios above give 68 us x 4.7 / 6.6 = ~48 us at B = 8 (~270 TFLOP/s, cuDNN 52.1 us) and ~27 us at
-B = 4 (~240 TFLOP/s), about cuDNN's time. The risk is latency with 8 warps an SM; PV_LAG = 0 and
-RESCALE_SLACK = 0 below measure what the lag and the lazy rescaling are worth.
-The copy row is no bar here: attention is compute bound (6.4 GFLOP for 25 MB at B = 4).
+ptxas's advisory is the compiler saying the code it emits is not the code written: wgmma issued
+one at a time, each waiting for the last. Reading it is worth more than any tuning: the same
+kernel with the wait moved is 4% faster. Measured (H200, B = 16, T = 1024, NH = 12, HS = 64, the
+trainer's shape; cuDNN = version 9 in the same calls, three calls): 91.5-92.6 us against cuDNN's
+87.0-87.5, 1.05x-1.06x (version 13: 96.4-97.3 us, 1.11x). 96 registers, two blocks an SM.
+Only HS = 64, and only on a Hopper (refused elsewhere, where the build is a stub that traps).
 """
-preconditions = ["HS <= 128"]
+preconditions = ["HS == 64"]
+arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
 
-# HS a multiple of 8: 16-byte cp.async rows; others: element-wise loads, the same kernel otherwise.
-# HSP = 64 for HS <= 64 (smaller heads zero-padded): 32 rows a warp, 128-row blocks, 3 stages.
-# HSP = 128: 16 rows a warp (Q and o would need 192 registers at 32), 64-row blocks, 2 stages
-# (3 would take 119 KB, one block an SM).
 [[launch]]
-kernel = "attention_forward10_hs64"
-when = "HS % 8 == 0 and HS <= 64"
+kernel = "attention_forward14"
 grid = ["B * NH", "cdiv(T, 128)"]
-block = 128
-shared = "2 * (128 + 2 * 3 * 64) * (64 + 8)"
-args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
-
-[[launch]]
-kernel = "attention_forward10_hs128"
-when = "HS % 8 == 0 and HS > 64"
-grid = ["B * NH", "cdiv(T, 64)"]
-block = 128
-shared = "2 * (64 + 2 * 2 * 64) * (128 + 8)"
-args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
-
-[[launch]]
-kernel = "attention_forward10_hs64_any"
-when = "HS % 8 != 0 and HS <= 64"
-grid = ["B * NH", "cdiv(T, 128)"]
-block = 128
-shared = "2 * (128 + 2 * 3 * 64) * (64 + 8)"
-args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
-
-[[launch]]
-kernel = "attention_forward10_hs128_any"
-when = "HS % 8 != 0 and HS > 64"
-grid = ["B * NH", "cdiv(T, 64)"]
-block = 128
-shared = "2 * (64 + 2 * 2 * 64) * (128 + 8)"
-args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
+block = 320
+shared = "1024 + 128 * 128 + 4 * 2 * 64 * 128 + 128"
+args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 */
 // ---- begin attention_fwd_mma.cuh ----
 // attention_fwd_mma.cuh: the warp-level pieces of a bf16 flash-attention forward in which a warp
@@ -125,6 +66,9 @@ args = ["out", "lse", "qkv", "T", "NH", "HS", "1.4426950408889634 / sqrt(HS)"]
 // k_lane<S>(tile), v_lane<S>(tile): this lane's ldmatrix row address in a K / V tile (shared space).
 // q_fragments<MT, KT, S>(qf, q_rows): the warp's Q A-fragments, q_rows = its first Q row in shared.
 // qk<MT, KT, S>(s, qf, k): s = Q K^T for one 64-key tile (set, not accumulated).
+// q_lane<S>(q_rows), qk_smem<MT, KT, S>(s, q, k): the same product with the Q fragments read from
+//   shared memory (q = q_lane of the warp's first Q row), one 16-channel step at a time: 8
+//   registers for Q instead of 32 (MT = 2), MT ldmatrix more per step.
 // mask_causal<MT>(s, key0, row0): s = -inf where key > row.
 // softmax_tile<MT>(s, p, m, l, alpha, sl, slack): folds the tile into m and l; p = 2^(s sl - m_new)
 //   packed to bf16; alpha = 2^(m_old - m_new), by which the caller must rescale o (after adding
@@ -482,6 +426,12 @@ __device__ __forceinline__ uint32_t v_lane(const bf16* tile) {
     return smem_addr(tile + (lane % 16) * S + 8 * (lane / 16));
 }
 
+template <int S>
+__device__ __forceinline__ uint32_t q_lane(const bf16* q_rows) {
+    const int lane = threadIdx.x % 32;
+    return smem_addr(q_rows + (lane % 16) * S + 8 * (lane / 16));
+}
+
 template <int MT, int KT, int S>
 __device__ __forceinline__ void q_fragments(uint32_t (&qf)[MT][KT][4], const bf16* q_rows) {
     const int lane = threadIdx.x % 32;
@@ -510,6 +460,30 @@ __device__ __forceinline__ void qk(float (&s)[MT][8][4], const uint32_t (&qf)[MT
                 mma_bf16_16816(s[mt][2 * p + 1], qf[mt][kk], kb[2], kb[3]);
             }
         }
+}
+
+template <int MT, int KT, int S>
+__device__ __forceinline__ void qk_smem(float (&s)[MT][8][4], uint32_t q, uint32_t k) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) {
+        uint32_t qf[MT][4];  // this 16-channel step's Q fragments only: 8 registers at MT = 2
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) ldmatrix_x4(qf[mt], q + (16 * mt * S + 16 * kk) * 2);
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, k + (16 * p * S + 16 * kk) * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                mma_bf16_16816(s[mt][2 * p], qf[mt], kb[0], kb[1]);
+                mma_bf16_16816(s[mt][2 * p + 1], qf[mt], kb[2], kb[3]);
+            }
+        }
+    }
 }
 
 template <int MT>
@@ -631,151 +605,299 @@ __device__ __forceinline__ void store_rows(bf16* out, float* lse, const float (&
 
 #endif  // KERNELS_COMMON_ATTENTION_FWD_MMA_CUH
 
-// ---- end attention_fwd_mma.cuh ----  // stage_rows, the fragment maps, softmax_tile, pv, store_rows
+// ---- end attention_fwd_mma.cuh ----  // mask_causal, softmax_tile, rescale, store_rows (version 11's)
 // (already included: bf16.cuh)
-// (already included: mma.cuh)
+// ---- begin producers.cuh ----
+// producers.cuh: the producer warps of attention_forward 13 and 14: the shared-memory barriers
+// (mbarriers) of their handover to the consumer warpgroups, and their share of a tile's copy.
+//
+// ---- mbarriers (try_wait: sm_90) -------------------------------------------------------------
+// An mbarrier is a 64-bit object in shared memory, initialised with the number of arrivals that
+// complete its current phase; when they have all arrived the phase completes, its parity bit
+// flips and the count starts again. A waiter names the parity of the phase it waits to see
+// completed: phase k of a barrier used once per round is waited for with parity k & 1.
+//
+// mbar_init(bar, count): one thread, before any use, then a __syncthreads.
+// mbar_arrive(bar): one arrival of the calling thread.
+// mbar_arrive_on_copies(bar): an arrival that happens once every cp.async this thread issued
+//   before the call has landed (cp.async.mbarrier.arrive.noinc: it is one of the initialised
+//   count, not an extra one); the thread itself does not wait.
+// mbar_wait(bar, parity): spins (try_wait) until the phase of that parity has completed; the
+//   waiter then sees the memory that the arriving threads wrote before arriving.
+// `bar` is the barrier's shared-space address (smem_addr).
+//
+// ---- The producers' copy -----------------------------------------------------------------------
+// produce_tile<ROWS, PRODUCERS, CONSUMERS>(dst, src, rs, valid, any): the producer threads' (those
+//   from CONSUMERS on, PRODUCERS of them, a multiple of 64) share of copying ROWS rows of 64 bf16
+//   (row r at src + r * rs) by cp.async into the 128-byte-swizzled tile at shared address dst
+//   (wgmma.cuh's layout); rows at or past `valid` are zero-filled (their source `any`, not read).
+//   Lane p copies chunk p % 8 of rows p / 8, p / 8 + 8, ...: rows 8 apart share their swizzle
+//   (r % 8), so the thread's destination is one address plus k KB, its source one pointer plus k
+//   times 8 rows: a cp.async and a row test per chunk, no address arithmetic.
 
-#define BC 64  // keys per tile
-template <bool B>
-struct Flag {  // a compile-time yes / no passed by value: step(j, Flag<true>{}, ...)
-    static constexpr bool value = B;
-};
-// Two switches, for measuring what each idea is worth (the tests run both settings):
-// RESCALE_SLACK: log2 units; p <= 2^slack before the reference point moves (see softmax_tile);
-//   0 rescales o on every increase of a row's maximum.
-// PV_LAG: 1 multiplies P V a tile behind Q K^T (see "why"); 0 as versions 7 and 8.
+#ifndef KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+#define KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+
+#include <stdint.h>
+// (already included: bf16.cuh)
+// (already included: mma.cuh)  // cp_async_16
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+template <int ROWS, int PRODUCERS, int CONSUMERS>
+__device__ __forceinline__ void produce_tile(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
+    static_assert(PRODUCERS % 64 == 0, "a pass covers whole groups of 8 rows");
+    constexpr int RPP = PRODUCERS / 8;  // rows a pass
+    const int p = threadIdx.x - CONSUMERS, r0 = p / 8, c = p % 8;
+    const uint32_t d = dst + r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    const bf16* from = src + r0 * rs + 8 * c;
+#pragma unroll
+    for (int k = 0; k < ROWS / RPP; k++) {
+        const bool ok = r0 + RPP * k < valid;
+        cp_async_16(d + k * RPP * 128, ok ? from + (size_t)k * RPP * rs : any, ok);
+    }
+}
+
+#endif  // KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+
+// ---- end producers.cuh ----          // mbar_init, mbar_arrive, mbar_arrive_on_copies, mbar_wait, produce_tile
+// (already included: mma.cuh)                // cp_async_16, smem_addr
+// ---- begin wgmma.cuh ----
+// wgmma.cuh: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) for 64 x 64 x 16 bf16 products
+// with fp32 accumulators, the shared-memory layout it reads (rows of 128 bytes, 128-byte swizzle)
+// and the matrix descriptors that describe that layout to it. attention_forward 12-14 and
+// attention_backward 12 and 13 use it.
+//
+// ---- What changes from mma.sync ------------------------------------------------------------
+// mma.sync (mma.cuh) is a warp's instruction: 16 x 8 x 16, both operands in registers, each
+// fetched from shared memory by ldmatrix first. wgmma is a warpgroup's (4 consecutive warps, 128
+// threads, the first warp's index a multiple of 4): 64 x N x 16 in one instruction, B read by
+// the tensor cores straight from shared memory, A from shared memory or from registers. It is
+// asynchronous: it returns at once, and the accumulators may be read only after
+//     wgmma_commit();      // closes a group of the wgmma issued so far by this warpgroup
+//     wgmma_wait<N>();     // waits until at most N groups are still in flight
+// and before a wgmma uses registers that ordinary instructions wrote (accumulators rescaled, an A
+// fragment packed) the warpgroup issues wgmma_fence(). Shared memory written by ordinary stores or
+// cp.async must be made visible to the tensor cores' own path (the "async proxy") by
+// fence_proxy_async() in each writing thread, before the barrier that precedes the wgmma.
+//
+// ---- Fragments (per warp w of the warpgroup, g = lane / 4, t = lane % 4) ---------------------
+// D (64 x 64 fp32): d[n][e] = D[16 w + g + 8 (e / 2)][8 n + 2 t + (e % 2)], n = 0..7: the warp's
+//   16 rows, laid out exactly like eight mma.sync m16n8 accumulators side by side.
+// A in registers (64 x 16 bf16): a[0..3] as mma.sync's m16n8k16 A fragment of the warp's 16 rows
+//   (mma.cuh): a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] =
+//   A[g+8][2t+8, 2t+9]. So an accumulator of keys 16 kk .. 16 kk + 15 packed to bf16 pairs
+//   ({d[2kk][0,1]}, {d[2kk][2,3]}, {d[2kk+1][0,1]}, {d[2kk+1][2,3]}) is the A fragment of a k-step
+//   of the next product: flash attention's P never leaves registers.
+//
+// ---- The shared-memory tiles ----------------------------------------------------------------
+// A tile is rows of 64 bf16 (128 bytes), starting on a 1024-byte boundary. The 16-byte chunk c
+// (elements 8c .. 8c + 7) of row r sits at byte r * 128 + 16 (c ^ (r % 8)): sw128(r, c). The XOR
+// (the "128-byte swizzle") puts the same chunk of 8 consecutive rows in 8 different bank groups,
+// which is what the tensor cores' reads need, and is the pattern the descriptor names (mode 1).
+// Each operand is described by its major-ness, the dimension along which its 128-byte rows run:
+// * K-major (the product's k index runs along the row): Q and K in S = Q K^T (k = the channel).
+//   Rows r are the m (or n) index; 8-row groups 1024 bytes apart (the stride "SBO"). A k-step of
+//   16 is 32 bytes further along the row: its descriptor is the tile's plus 32 bytes.
+// * MN-major (the n index runs along the row): V in O = P V (k = the key, n = the channel), V's
+//   rows as they come from memory. Rows r are the k index; 8-row groups 1024 bytes apart (SBO
+//   again); with 64 channels the row is one swizzle width, so the leading offset is unused. A
+//   k-step of 16 keys is 16 rows, 2048 bytes further.
+//   The instruction's trans-b flag (1) says B is MN-major.
+//
+// sw128_desc(addr, sbo): the 64-bit descriptor: bits 0-13 the shared address / 16, 16-29 the
+// leading byte offset / 16 (1: unused with this swizzle here), 32-45 the stride byte offset / 16,
+// 62-63 the swizzle mode (1 = 128-byte). Base offset (bits 49-51) 0: tiles start 1024-aligned.
+//
+// wgmma_ss(d, da, db, accumulate): d (+)= A B^T-style product with A (64 x 16, K-major) and B
+//   (64 x 16 as n x k, K-major) both in shared memory; accumulate = false overwrites d.
+// wgmma_rs_bt(d, a, db, accumulate = true): d (+)= A B with A in registers and B (16 x 64 as k x n)
+//   MN-major in shared memory; accumulate = false overwrites d.
+
+#ifndef KERNELS_ATTENTION_FORWARD_WGMMA_CUH
+#define KERNELS_ATTENTION_FORWARD_WGMMA_CUH
+
+#include <stdint.h>
+// (already included: mma.cuh)  // cp_async_16
+
+__device__ __forceinline__ uint32_t sw128(int r, int c) {
+    return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4));
+}
+
+// stage_sw128<ROWS, THREADS>(dst, src, rs, valid, any): ROWS rows of 64 bf16 (row r at src + r * rs)
+// copied by cp.async into the swizzled tile at shared address dst by THREADS threads (the caller
+// commits and waits); rows at or past `valid` are zero-filled, their source `any` (not read).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void stage_sw128(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
+    static_assert(ROWS * 8 % THREADS == 0, "whole passes");
+#pragma unroll
+    for (int k = 0; k < ROWS * 8 / THREADS; k++) {
+        const int i = threadIdx.x + THREADS * k, r = i / 8, c = i % 8;
+        const bool ok = r < valid;
+        cp_async_16(dst + sw128(r, c), ok ? src + (size_t)r * rs + 8 * c : any, ok);
+    }
+}
+
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#define WGMMA_D32                                                                                          \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+    "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D32_OPERANDS(d)                                                                            \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), \
+    "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), \
+    "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), \
+    "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t da, uint64_t db, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32 ", %32, %33, acc, 1, 1, 0, 0;\n}\n"
+        : WGMMA_D32_OPERANDS(d)
+        : "l"(da), "l"(db), "r"((int)accumulate));
+}
+
+__device__ __forceinline__ void wgmma_rs_bt(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db,
+                                            bool accumulate = true) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WGMMA_D32
+        ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}\n"
+        : WGMMA_D32_OPERANDS(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((int)accumulate));
+}
+#undef WGMMA_D32
+#undef WGMMA_D32_OPERANDS
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+#endif  // KERNELS_ATTENTION_FORWARD_WGMMA_CUH
+
+// ---- end wgmma.cuh ----
+
+#define BR 128     // query rows a block: two warpgroups of 64
+#define BC 64      // keys a tile
+#define HSW 64     // the head size this version is written for
+#define STAGES 4   // K/V buffers in the ring
+#define CONSUMERS 256
+#define PRODUCERS 64  // the producer warps' threads (a multiple of 64)
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
-#ifndef PV_LAG
-#define PV_LAG 1
-#endif
 
-// One block: WARPS warps x MT m-tiles x 16 query rows = BR rows, key tiles of BC = 64 keys through
-// STAGES shared buffers each for K and V. LAG = 1: iteration j multiplies Q K_j and P_{j-1} V_{j-1}.
-template <int HSP, int MT, int WARPS, int STAGES, bool LAG, bool ASYNC>
-__device__ __forceinline__ void attention_forward10_body(bf16* out, float* lse, const bf16* qkv, int T, int NH,
-                                                         int HS, float sl) {
-    constexpr int S = HSP + 8, KT = HSP / 16, DT = HSP / 8;
-    constexpr int BR = 16 * MT * WARPS, THREADS = 32 * WARPS, TILE = BC * S;
-    constexpr uint32_t TILE_BYTES = TILE * sizeof(bf16);
-    static_assert(16 * MT <= BC && BR % BC == 0, "a warp's rows inside one key tile; blocks of whole key tiles");
-    static_assert(STAGES >= 2, "at least double buffering");
+extern "C" __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 2)
+attention_forward14(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sl) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
-    bf16* Qs = reinterpret_cast<bf16*>(smem4);
-    bf16* Ks = Qs + BR * S;           // STAGES buffers of BC rows
-    bf16* Vs = Ks + STAGES * TILE;    // STAGES buffers of BC rows
+    const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
+    constexpr uint32_t TILE = BC * 128;                         // one K or V tile: 8 KB
+    const uint32_t sQ = base, sKV = base + BR * 128;            // buffer s: K at sKV + 2 s TILE, V after it
+    const uint32_t bars = sKV + STAGES * 2 * TILE;              // full[STAGES], empty[STAGES], q_full
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (STAGES + s); };
+    const uint32_t q_full = bars + 8 * 2 * STAGES;
 
-    const int warp = threadIdx.x / 32;
     const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;  // the longest query tiles first
-    const int row0 = q0 + 16 * MT * warp;               // this warp's first query row
     const int b = blockIdx.x / NH, h = blockIdx.x % NH;
-    const int C = NH * HS, rs = 3 * C;
-    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HS;  // q of row 0 of this head
-    // Key tiles: the block's up to its last valid row; the warp's up to its own diagonal tile, which
-    // holds all its rows (they lie in one 64-aligned range), the only tile it masks. A warp past
-    // T has none (it only keeps the barriers).
-    const int tiles = (min(q0 + BR, T) - 1) / BC + 1;
-    const int mine = row0 < T ? row0 / BC + 1 : 0;
+    const int C = NH * HSW;
+    const size_t rs = 3 * (size_t)C;
+    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
+    const int tiles = (min(q0 + BR, T) - 1) / BC + 1;  // the block's key tiles, up to its last valid row
+    const int live = q0 + 64 < T ? 2 : 1;             // warpgroups with a row below T
 
-    // Copy group i carries K_i and V_{i - LAG}: issued STAGES - 1 tiles ahead, into the buffers
-    // that tile i - STAGES used (free since the barrier that ended the iteration reading them).
-    // The steady state (tile i whole, so tile i - LAG too; 16-byte copies) takes a short path:
-    // this thread's pieces of the two tiles are one pointer and one add apart.
-    const TilePieces<HSP, S, THREADS> piece(q_base, rs, HS);
-    auto issue = [&](int i) {
-        const int iv = i - LAG;
-        if (ASYNC && iv >= 0 && i < tiles && (i + 1) * BC <= T) {
-            const bf16* k_src = piece.src + (size_t)i * BC * rs + C;
-            piece.copy(smem_addr(Ks + i % STAGES * TILE), k_src, rs);
-            piece.copy(smem_addr(Vs + iv % STAGES * TILE), k_src + (C - (size_t)LAG * BC * rs), rs);
-        } else {
-            if (i < tiles)
-                stage_rows<BC, HSP, S, THREADS, ASYNC>(Ks + i % STAGES * TILE, q_base + (size_t)i * BC * rs + C, rs,
-                                                       T - i * BC, HS);
-            if (iv >= 0 && iv < tiles)
-                stage_rows<BC, HSP, S, THREADS, ASYNC>(Vs + iv % STAGES * TILE, q_base + (size_t)iv * BC * rs + 2 * C,
-                                                       rs, T - iv * BC, HS);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(full(s), PRODUCERS);  // each producer lane, once its copies of the tile have landed
+            mbar_init(empty(s), 4 * live);  // each consumer warp once its products are done
         }
-        cp_async_commit();  // possibly empty: one group per tile keeps the wait counts constant
-    };
+        mbar_init(q_full, PRODUCERS);
+    }
+    __syncthreads();  // the only block-wide barrier: the mbarriers exist
 
-    // Group 0: Q and the first K (and V); then the other STAGES - 2 lookahead groups.
-    stage_rows<BR, HSP, S, THREADS, ASYNC>(Qs, q_base + (size_t)q0 * rs, rs, T - q0, HS);
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) issue(i);
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    uint32_t qf[MT][KT][4];
-    q_fragments<MT, KT, S>(qf, Qs + (row0 - q0) * S);
-    const uint32_t k_base = k_lane<S>(Ks), v_base = v_lane<S>(Vs);
-
-    float o[MT][DT][4], m[MT][2], l[MT][2];
-    uint32_t p[MT][4][4];  // LAG: the previous tile's probabilities, waiting for their V
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        m[mt][0] = m[mt][1] = -INFINITY;
-        l[mt][0] = l[mt][1] = 0.0f;
-#pragma unroll
-        for (int n = 0; n < DT; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+    if (threadIdx.x >= CONSUMERS) {  // ---- the two producer warps ----
+        // Each lane's copies of a tile are tied to the tile's full barrier: the barrier counts the
+        // lane's arrival once they have landed (cp.async.mbarrier.arrive.noinc), so a producer
+        // never waits for its own copies, only for free buffers: up to STAGES tiles in flight.
+        produce_tile<BR, PRODUCERS, CONSUMERS>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+        mbar_arrive_on_copies(q_full);
+        for (int i = 0; i < tiles; i++) {
+            const int s = i % STAGES;
+            if (i >= STAGES) mbar_wait(empty(s), (i / STAGES - 1) & 1);  // tile i - STAGES released
+            const bf16* k_src = q_base + (size_t)i * BC * rs + C;
+            produce_tile<BC, PRODUCERS, CONSUMERS>(sKV + 2 * s * TILE, k_src, rs, T - i * BC, qkv);
+            produce_tile<BC, PRODUCERS, CONSUMERS>(sKV + 2 * s * TILE + TILE, k_src + C, rs, T - i * BC, qkv);
+            mbar_arrive_on_copies(full(s));
+        }
+        cp_async_wait<0>();  // nothing in flight when the warps exit
+        return;
     }
 
-    // One key tile of this warp's work: QK (scores of tile j: mask if its diagonal), PV (o += P V
-    // of tile j - LAG). Compile-time flags, so the steady state is one straight block of code.
-    auto step = [&](int j, auto QK, auto MASK, auto PV) {
-        float s[MT][8][4], alpha[MT][2];
-        uint32_t pn[MT][4][4];
-        bool grew = false;
-        if constexpr (decltype(QK)::value) {
-            qk<MT, KT, S>(s, qf, k_base + j % STAGES * TILE_BYTES);
-            if constexpr (decltype(MASK)::value) mask_causal<MT>(s, j * BC, row0);
-            grew = softmax_tile<MT>(s, pn, m, l, alpha, sl, RESCALE_SLACK);
-        }
-        if constexpr (LAG) {
-            // Independent of the softmax above: the scheduler may interleave these mma with its
-            // MUFU and FFMA work. o is rescaled only after it has taken P_{j-1} V_{j-1} (which
-            // is relative to the old maximum).
-            if constexpr (decltype(PV)::value) pv<MT, DT, S>(o, p, v_base + (j - 1) % STAGES * TILE_BYTES);
-            if constexpr (decltype(QK)::value) {
-                if (grew) rescale<MT, DT>(o, alpha);
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) p[mt][kk][e] = pn[mt][kk][e];
-            }
-        } else if constexpr (decltype(QK)::value) {
-            if (grew) rescale<MT, DT>(o, alpha);
-            pv<MT, DT, S>(o, pn, v_base + j % STAGES * TILE_BYTES);
-        }
-    };
-    using Y = Flag<true>;
-    using N = Flag<false>;
+    // ---- the two consumer warpgroups ----
+    const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int qw = q0 + 64 * wg;        // this warpgroup's first row
+    const int row0 = qw + 16 * warp;    // this warp's first row
+    const int mine = qw < T ? qw / BC + 1 : 0;  // key tiles up to its diagonal (the only one masked)
 
-    for (int j = 0; j < tiles + LAG; j++) {
-        issue(j + STAGES - 1);
-        const bool qk_on = j < mine, diag = j == mine - 1, pv_on = j >= LAG && j - LAG < mine;
-        if (qk_on && !diag && pv_on) step(j, Y{}, N{}, Y{});  // the steady state
-        else if (qk_on && diag && pv_on) step(j, Y{}, Y{}, Y{});
-        else if (qk_on && !diag) step(j, Y{}, N{}, N{});       // LAG: the first tile
-        else if (qk_on) step(j, Y{}, Y{}, N{});                // LAG: the first tile is the diagonal
-        else if (pv_on) step(j, N{}, N{}, Y{});                // LAG: the last tile's P V
-        cp_async_wait<STAGES - 2>();  // group j + 1 (tile j + 1) has landed, this thread's part
-        __syncthreads();              // every thread's part; and tile j's buffers are free
+    float o[1][8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+    for (int n = 0; n < 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
+    const uint64_t dq = sw128_desc(sQ + 64 * 128 * wg, 1024);
+    if (mine > 0) mbar_wait(q_full, 0);
+
+    for (int j = 0; j < mine; j++) {
+        const int s = j % STAGES;
+        const uint32_t sK = sKV + 2 * s * TILE, sV = sK + TILE;
+        mbar_wait(full(s), (j / STAGES) & 1);
+        fence_proxy_async();  // the landed copies (ordinary writes), ordered before the tensor cores' reads
+        float sc[1][8][4], alpha[1][2];
+        uint32_t p[1][4][4];
+        const uint64_t dk = sw128_desc(sK, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_ss(sc[0], dq + 2 * kk, dk + 2 * kk, kk > 0);  // +32 bytes a step
+        wgmma_commit();
+        wgmma_wait<0>();  // S (this warpgroup's P V of the last tile is done already)
+        if (j > 0 && lane == 0) mbar_arrive(empty((j - 1) % STAGES));  // tile j - 1: this warp is done
+        if (j == mine - 1) mask_causal<1>(sc, j * BC, row0);
+        if (softmax_tile<1>(sc, p, m, l, alpha, sl, RESCALE_SLACK)) rescale<1, 8>(o, alpha);
+        const uint64_t dv = sw128_desc(sV, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(o[0], p[0][kk], dv + 128 * kk);  // +2048 bytes: 16 keys
+        wgmma_commit();
+        wgmma_wait<0>();  // at once: a P V still in flight past here made ptxas serialise every wgmma
     }
-
-    store_rows<MT, ASYNC>(out, lse, o, m, l, row0, b, h, T, NH, HS);
+    // A warpgroup never releases its last tile (nor WG 0 the block's last, past its diagonal): the
+    // producers wait only for tiles up to tiles - 1 - STAGES, which every live warpgroup releases
+    // in its loop (it releases tile j - 1 at tile j, up to mine - 2 >= tiles - 3).
+    store_rows<1, true>(out, lse, o, m, l, row0, b, h, T, NH, HSW);
+#else
+    __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
+#endif
 }
-
-// Two blocks an SM: ptxas may use up to 255 registers (65536 / 256 threads), which the 32-row
-// warp needs (see "why"); the shared memory of two blocks fits (144 KB, or 170 KB at HSP 128).
-#define ENTRY(name, HSP, MT, STAGES, ASYNC)                                                         \
-    extern "C" __global__ void __launch_bounds__(128, 2)                                          \
-    name(bf16* out, float* lse, const bf16* qkv, int T, int NH, int HS, float sl) {                \
-        attention_forward10_body<HSP, MT, 4, STAGES, PV_LAG, ASYNC>(out, lse, qkv, T, NH, HS, sl); \
-    }
-ENTRY(attention_forward10_hs64, 64, 2, 3, true)
-ENTRY(attention_forward10_hs128, 128, 1, 2, true)
-ENTRY(attention_forward10_hs64_any, 64, 2, 3, false)
-ENTRY(attention_forward10_hs128_any, 128, 1, 2, false)
