@@ -58,13 +58,13 @@ args = ["dq", "ticket", "dqkv", "dout", "qkv", "lse", "D", "T", "NH", "1.4426950
 
 #include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16, red_add_v2, store_dk_dv
 #include "bf16.cuh"
-#include "mma.cuh"                       // cp_async_16, ldmatrix_x4_trans, pack_bf16x2, smem_addr
-#include "wgmma.cuh"                     // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
+#include "mma.cuh"                       // cp_async_16, smem_addr
+#include "wgmma.cuh"                     // sw128_desc, stage_sw128, wgmma_commit / wait
+#include "wgmma_backward.cuh"            // the tile's steps: products, softmax gradients, dS^T, dQ
 
 #define BK 128   // keys a block: two warpgroups of 64
 #define BQ 128   // queries a streamed tile: two halves of 64
 #define HSW 64   // the head size this version is written for
-#define LOG2E 1.4426950408889634f
 
 // D = dout . out per (b, h, t) row, and every (head, query tile) ticket set to 0.
 extern "C" __global__ void attention_backward14_prep(int* ticket, float* D, const bf16* dout, const bf16* out,
@@ -103,7 +103,6 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
     extern __shared__ float4 smem4[];
     const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
     constexpr uint32_t QT = BQ * 128;                           // a 128-row tile: 16 KB
-    constexpr uint32_t HALF = 64 * 128;                         // its 64-row halves: 8 KB
     constexpr int SP = 72;                                      // floats a row of the running sum (64 + 8)
     const uint32_t sK = base, sV = sK + BK * 128;               // the block's keys and values
     const uint32_t sQ = sV + BK * 128, sG = sQ + 2 * QT;        // Q and dout tiles, two buffers each
@@ -130,12 +129,8 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
     auto issue = [&](int i) {  // query tile i into buffer i % 2, one cp.async group
         if (i < tiles) {
             const int q0 = i * BQ, buf = i % 2;
-            stage_sw128<BQ, 256>(sQ + buf * QT, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
-            stage_sw128<BQ, 256>(sG + buf * QT, g_base + (size_t)q0 * C, C, T - q0, dout);
-            const int r = threadIdx.x % 128;  // lse (threads 0-127) and D (128-255) of the tile's queries
-            const bool ok = q0 + r < T;
-            const float* src = (threadIdx.x < 128 ? l_row : d_row) + q0 + r;
-            cp_async_4(lsD + buf * 256 + threadIdx.x, ok ? src : l_row, ok);
+            stage_query_tile(sQ + buf * QT, sG + buf * QT, lsD, buf, q_base, g_base, l_row, d_row, rs, C, T,
+                             q0, qkv, dout);
         }
         cp_async_commit();
     };
@@ -168,15 +163,7 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
 
         // S^T = K Q^T and dP^T = V dout^T for this warpgroup's 64 keys, in two 64-query halves.
         float s[2][8][4], dp[2][8][4];
-        wgmma_fence();
-#pragma unroll
-        for (int hq = 0; hq < 2; hq++) {
-            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_ss(s[hq], descK + 2 * kk, dq_desc + 2 * kk, kk > 0);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_ss(dp[hq], descV + 2 * kk, dg_desc + 2 * kk, kk > 0);
-        }
+        products_s_dp(s, dp, descK, descV, tQ, tG);
         wgmma_commit();
         // Tile i's ticket, read now and looked at after the dV and dK products are issued.
         int seen = 0;
@@ -184,40 +171,11 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
         wgmma_wait<0>();
 
         // P^T = 2^(s sl2 - lse log2 e), zero where key > query or query >= T; dS^T = P^T (dP^T - D).
-        const int key_r0 = kw + 16 * warp + g;  // the key of e = 0, 1 (e = 2, 3: + 8)
         uint32_t pa[2][4][4], sa[2][4][4];
-#pragma unroll
-        for (int hq = 0; hq < 2; hq++)
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                const int qc = 64 * hq + 8 * n + 2 * t;  // the query column of e = 0 (e = 1: + 1)
-                const float2 l2 = *reinterpret_cast<const float2*>(tl + qc);
-                const float2 d2 = *reinterpret_cast<const float2*>(tD + qc);
-                float p[4], ds[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = key_r0 + 8 * (e / 2), q = q0 + qc + (e & 1);
-                    const float lv = (e & 1) ? l2.y : l2.x, dv_ = (e & 1) ? d2.y : d2.x;
-                    p[e] = exp2f(fmaf(s[hq][n][e], sl2, -lv * LOG2E));
-                    if (edge && !(key <= q && q < T)) p[e] = 0.0f;
-                    ds[e] = p[e] * (dp[hq][n][e] - dv_);
-                }
-                pa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(p[0], p[1]);
-                pa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(p[2], p[3]);
-                sa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(ds[0], ds[1]);
-                sa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(ds[2], ds[3]);
-            }
+        softmax_grads(pa, sa, s, dp, tl, tD, kw + 16 * warp + g, q0, T, edge, sl2);
 
         // dV += P^T dout, dK += dS^T Q over the 128 queries (A from registers, dout and Q MN-major).
-        wgmma_fence();
-#pragma unroll
-        for (int hq = 0; hq < 2; hq++) {
-            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dv, pa[hq][kk], dg_desc + 128 * kk);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dk, sa[hq][kk], dq_desc + 128 * kk);
-        }
+        products_dv_dk(dv, dk, pa, sa, tQ, tG);
         wgmma_commit();
 
         // While those run: wait for key block kb + 1's share of this tile (i - kb shares before ours),
@@ -236,38 +194,12 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
             cp_async_commit();
         }
         // dS^T to shared memory: half hq of the queries at sdS + hq * 16 KB, row = key (0-127).
-        {
-            const int r0 = 64 * wg + 16 * warp + g;
-#pragma unroll
-            for (int hq = 0; hq < 2; hq++)
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                    for (int half = 0; half < 2; half++) {  // n = 2 kk + half: queries 8n + 2t, + 1
-                        const int chunk = 2 * kk + half;
-                        const uint32_t at = sdS + hq * BK * 128 + 4 * t;
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0, chunk)), "r"(sa[hq][kk][2 * half]) : "memory");
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0 + 8, chunk)), "r"(sa[hq][kk][2 * half + 1]) : "memory");
-                    }
-        }
+        store_ds_t(sdS, sa, wg, warp, g, t);
         cp_async_wait<0>();  // this thread's share of the running sum (and tile i + 1's copies)
         block_sync_256();    // both warpgroups' dS^T rows are written; the whole running sum is here
-        // dQ = dS K for queries 64 wg .. 64 wg + 63 of the tile over all 128 keys: dS back as A
-        // fragments (rows = queries) through ldmatrix .trans, K MN-major.
-        uint32_t dsa[8][4];
-        {
-            const int mi = lane / 8;
-            const uint32_t from = sdS + wg * BK * 128;
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++) {
-                const int key_row = 16 * kk + (lane % 8) + 8 * (mi / 2);
-                ldmatrix_x4_trans(dsa[kk], from + sw128(key_row, 2 * warp + (mi % 2)));
-            }
-        }
+        // dQ = dS K for queries 64 wg .. 64 wg + 63 of the tile over all 128 keys.
         float dqa[8][4];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++) wgmma_rs_bt(dqa, dsa[kk], descK_all + 128 * kk, kk > 0);
+        product_dq(dqa, sdS, descK_all, wg, warp, lane);
         wgmma_commit();
         wgmma_wait<0>();  // dV, dK and dQ's share
 
