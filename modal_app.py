@@ -109,6 +109,17 @@ def source_dirs(root: Path = HERE) -> list[tuple[Path, PurePosixPath]]:
     return [(root / d, REMOTE_ROOT / d) for d in SOURCE_DIRS if (root / d).is_dir()]
 
 
+def local_commit() -> str | None:
+    """This checkout's commit, as the workbench records it (the container gets the tree without its
+    .git, so its results would say none): passed on as WORKBENCH_COMMIT. None without the project's
+    package or git here."""
+    try:
+        from workbench.bench import git_commit
+    except ImportError:
+        return None
+    return git_commit()
+
+
 GPU = gpu_from_env()
 TIMEOUT_S = timeout_from_env()
 
@@ -299,11 +310,14 @@ if modal is not None:
     FUNCTION_OPTIONS = {"image": image, "gpu": GPU, "timeout": TIMEOUT_S, "volumes": {str(VOLUME_PATH): volume}}
 
     @app.function(**FUNCTION_OPTIONS)
-    def workbench_remote(argv: list[str], want_json: bool = False, columns: int = 120) -> dict:
-        """Run one workbench command in the container: its output streams back as it runs."""
+    def workbench_remote(argv: list[str], want_json: bool = False, columns: int = 120, commit: str | None = None) -> dict:
+        """Run one workbench command in the container: its output streams back as it runs. `commit`:
+        the local checkout's, for the results to record."""
         if modal.is_local():  # .local(): this checkout, no volume
             return run_workbench(argv, want_json=want_json, columns=columns)
         env = attach_volume(Path(REMOTE_ROOT), Path(VOLUME_PATH))
+        if commit:
+            env["WORKBENCH_COMMIT"] = commit
         try:
             return run_workbench(argv, want_json=want_json, root=Path(REMOTE_ROOT), columns=columns, env=env)
         finally:
@@ -314,7 +328,7 @@ if modal is not None:
         gpu = gpu.strip()
         fn = workbench_remote if not gpu or gpu.upper() == GPU.upper() else workbench_remote.with_options(gpu=gpu)
         print(f"workbench {shlex.join(argv)}  on Modal, {gpu or GPU}")
-        result = fn.remote(argv, want_json=json_path is not None, columns=terminal_columns())
+        result = fn.remote(argv, want_json=json_path is not None, columns=terminal_columns(), commit=local_commit())
         return deliver(result, json_path)
 
     @app.local_entrypoint()

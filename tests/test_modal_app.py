@@ -147,8 +147,9 @@ class FakeFunction:
         self.gpu = options.get("gpu")
         return self
 
-    def remote(self, argv, want_json=False, columns=120):
+    def remote(self, argv, want_json=False, columns=120, commit=None):
         self.calls.append((argv, want_json))
+        self.commit = commit
         return self.result
 
 
@@ -169,6 +170,19 @@ def test_the_gpu_option_overrides_the_type_for_this_run(monkeypatch, tmp_path):
     modal_app.main(command="list", gpu="H100", out=str(tmp_path / "r.json"))
     assert fake.gpu == "H100" and fake.calls == [(["list"], False)]
     assert not (tmp_path / "r.json").exists()
+
+
+def test_the_checkouts_commit_travels_with_the_command(monkeypatch, tmp_path):
+    """The container's tree has no .git: the local commit goes with the call, for the results."""
+    from workbench.bench import git_commit
+    fake = FakeFunction({"exit_code": 0, "output": "", "json": None})
+    monkeypatch.setattr(modal_app, "workbench_remote", fake)
+    monkeypatch.delenv("WORKBENCH_COMMIT", raising=False)
+    modal_app.main(command="list", gpu="", out=str(tmp_path / "r.json"))
+    assert fake.commit == git_commit() and fake.commit  # this checkout is a git clone
+    monkeypatch.setenv("WORKBENCH_COMMIT", "abc1234")  # what a tree without .git is told
+    modal_app.main(command="list", gpu="", out=str(tmp_path / "r.json"))
+    assert fake.commit == "abc1234"
 
 
 def test_a_failing_remote_command_fails_the_local_run(monkeypatch, tmp_path):
