@@ -60,7 +60,7 @@ args = ["dqkv", "dq", "B * T", "C", "1.0 / sqrt(HS)"]
 #include "bf16.cuh"
 #include "mma.cuh"                       // cp_async_16, smem_addr
 #include "wgmma.cuh"                     // sw128_desc, stage_sw128, wgmma_commit / wait
-#include "wgmma_backward.cuh"            // the tile's steps: products, softmax gradients, dS^T, dQ
+#include "wgmma_backward.cuh"            // the tile's steps: products, softmax gradients, dS^T, dQ; block_sync_256
 
 #define BK 128   // keys a block: two warpgroups of 64
 #define BQ 128   // queries a streamed tile: two halves of 64
@@ -76,9 +76,6 @@ extern "C" __global__ void attention_backward13_prep(float* dq, float* D, const 
 extern "C" __global__ void attention_backward13_dq(bf16* dqkv, const float* dq, int BT, int C, float scale) {
     rows_to_bf16(dqkv, 3 * C, dq, BT, C, scale);
 }
-
-// Both warpgroups wait for each other (named barrier 3: __syncthreads without the copies' meaning).
-__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 attention_backward13(float* dq, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D,

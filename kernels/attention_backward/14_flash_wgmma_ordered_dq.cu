@@ -59,11 +59,11 @@ shared = "1024 + 2 * 128 * 128 + 2 * 2 * 128 * 128 + 128 * 256 + 2 * 2 * 128 * 4
 args = ["dq", "ticket", "dqkv", "dout", "qkv", "lse", "D", "T", "NH", "1.4426950408889634 / sqrt(HS)", "1.0 / sqrt(HS)"]
 */
 
-#include "attention_backward_bf16.cuh"  // dot_rows, rows_to_bf16, red_add_v2, store_dk_dv
+#include "attention_backward_bf16.cuh"  // dot_rows, store_dk_dv
 #include "bf16.cuh"
 #include "mma.cuh"                       // cp_async_16, smem_addr
 #include "wgmma.cuh"                     // sw128_desc, stage_sw128, wgmma_commit / wait
-#include "wgmma_backward.cuh"            // the tile's steps: products, softmax gradients, dS^T, dQ
+#include "wgmma_backward.cuh"            // the tile's steps: products, softmax gradients, dS^T, dQ; block_sync_256
 
 #define BK 128   // keys a block: two warpgroups of 64
 #define BQ 128   // queries a streamed tile: two halves of 64
@@ -76,9 +76,6 @@ extern "C" __global__ void attention_backward14_prep(int* ticket, float* D, cons
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (long long)B * NH * ((T + 127) / 128)) ticket[i] = 0;
 }
-
-// Both warpgroups wait for each other (named barrier 3: __syncthreads without the copies' meaning).
-__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
 // The ticket as the L2 holds it (relaxed, GPU scope: a load that returns whenever its register is
 // first used), and the same with acquire: ordered before every later load of this thread. ptxas

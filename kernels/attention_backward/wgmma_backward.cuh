@@ -26,6 +26,9 @@
 //   Once both warpgroups' dS^T are in sdS (the caller's barrier): issues dQ = dS K for queries
 //   64 wg .. 64 wg + 63 of the tile over all 128 keys, dS read back as A fragments through
 //   ldmatrix .trans, K MN-major (descK_all), after a wgmma fence; the caller commits and waits.
+// block_sync_256()
+//   Both warpgroups wait for each other: named barrier 3, a __syncthreads that leaves barrier 0 to
+//   the loop's copies.
 
 #ifndef KERNELS_ATTENTION_BACKWARD_WGMMA_BACKWARD_CUH
 #define KERNELS_ATTENTION_BACKWARD_WGMMA_BACKWARD_CUH
@@ -35,6 +38,8 @@
 #include "wgmma.cuh"  // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
 
 #define WB_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
 // The products exist only in the sm_90a build (as wgmma.cuh's wrappers do); the versions call
 // every step inside their own sm_90a guard.
