@@ -124,7 +124,8 @@ class PromotedSet:
         An entry that cannot run and has no fallback is returned as it is: _prepare says why."""
         e = self.entry(family, precision, variant)
         v = self.version_of(e)
-        why = v.arch_refusal(arch) or (f"requires {' and '.join(v.unmet(sizes))}" if v.unmet(sizes) else None)
+        unmet = v.unmet(sizes)
+        why = v.arch_refusal(arch) or (f"requires {' and '.join(unmet)}" if unmet else None)
         if why is None or FALLBACK not in e:
             return e, None
         return e[FALLBACK], f"version {e['version']} {why}"
