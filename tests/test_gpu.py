@@ -231,3 +231,48 @@ def test_library_gelu_epilogues_keep_the_gelu_input_and_sum_the_gelu_gradient_ov
     want = gelu_backward(drv.from_device(aux, (m, n), np.float32).astype(np.float64), G.astype(np.float64) @ V)["dinp"]
     np.testing.assert_allclose(drv.from_device(d, (m, n), np.float32), want, atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(drv.from_device(dbias, (n,), np.float32), want.sum(axis=0), atol=1e-3, rtol=1e-4)
+
+
+def test_a_tuned_gemm_lt_times_several_candidates_and_adds_its_product_once():
+    """Under TUNING.planning(True) gemm_lt's first run times cuBLASLt's candidates on its own
+    operands. Where the product adds into D (beta = 1), D is put back after every trial, so the
+    call leaves D + A B^T, not D plus one product per trial; calls planned outside keep one
+    candidate and never tune."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+
+    from workbench import library_calls
+    from workbench.library_calls import TUNING
+
+    def bf16(x):
+        u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+    def f32(u):
+        return (u.astype(np.uint32) << 16).view(np.float32)
+
+    rng = np.random.default_rng(1)
+    m, n, k = 384, 520, 264  # a shape no other test tunes
+    A, W, D0 = bf16(rng.normal(size=(m, k))), bf16(rng.normal(size=(n, k))), bf16(rng.normal(size=(m, n)))
+    a, w, d = drv.to_device(A), drv.to_device(W), drv.to_device(D0)
+    plain = library_calls.gemm_lt(a=int(a), b=int(w), d=int(d), m=m, n=n, k=k, trans_b=True, beta=1.0, dtype="bf16")
+    assert len(plain.keep[1]) == 1
+    before = len(TUNING.found)
+    with TUNING.planning(True):
+        tuned = library_calls.gemm_lt(a=int(a), b=int(w), d=int(d), m=m, n=n, k=k, trans_b=True, beta=1.0,
+                                      dtype="bf16")
+    assert not TUNING.enabled
+    assert len(tuned.keep[1]) > 1, "cuBLASLt offered one candidate: nothing to tune"
+    stream = drv.Stream()
+    tuned(stream)
+    stream.synchronize()
+    found = TUNING.found[before:]
+    assert len(found) == 1 and found[0]["candidates"] == len(tuned.keep[1]) and found[0]["gemm"].endswith("+=")
+    want = f32(D0).astype(np.float64) + f32(A).astype(np.float64) @ f32(W).astype(np.float64).T
+    got = f32(drv.from_device(d, (m, n), np.uint16))
+    np.testing.assert_allclose(got, want, atol=0.1, rtol=1e-2)
+    tuned(stream)  # a second run adds a second product and tunes nothing more
+    stream.synchronize()
+    assert len(TUNING.found) == before + 1
+    got = f32(drv.from_device(d, (m, n), np.uint16))
+    np.testing.assert_allclose(got, want + (want - f32(D0)), atol=0.2, rtol=2e-2)
