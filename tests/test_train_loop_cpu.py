@@ -321,19 +321,3 @@ def test_under_open_mpi_a_checkpointing_run_says_how_to_give_ranks_time_to_stop(
         monkeypatch.setenv("OMPI_MCA_odls_base_sigkill_timeout", grace)
     trainer._notes(t, run_, ui)
     assert any("odls_base_sigkill_timeout 30" in n for n in notes) == shown
-
-
-@pytest.mark.parametrize("flags, tuned", [({}, True), ({"tune_gemms": False}, False), ({"deterministic": True}, False)])
-def test_the_gemms_are_planned_to_tune_unless_no_tune_gemms_or_deterministic(host_gpu, data, tmp_path, monkeypatch,
-                                                                            flags, tuned):
-    from workbench.library_calls import TUNING
-    seen = []
-    plan = HostKernels.__init__
-
-    def planned(self, *args, **kw):
-        seen.append(TUNING.enabled)
-        plan(self, *args, **kw)
-    monkeypatch.setattr(HostKernels, "__init__", planned)
-    s = run(tmp_path, "t", **data, batch=2, steps=2, **flags)
-    assert seen == [tuned] and not TUNING.enabled  # only while the backend plans its calls
-    assert s["gemm_tuning"] == []  # the host stand-in makes no cuBLASLt calls to time

@@ -151,10 +151,6 @@ class TrainOptions:
                           help="The MLP's fc layer and GELU as one GEMM with the GELU in its epilogue, and their "
                                "backward likewise (matmul_forward_gelu, matmul_backward_dgelu), where a version of "
                                "them is promoted at the precision.")
-    tune_gemms: bool = opt(True, "--tune-gemms/--no-tune-gemms",
-                           help="Time cuBLASLt's first 8 algorithms for each of the step's GEMM shapes on the first step's "
-                                "own operands and keep the fastest (about a second, once). Off with --deterministic, "
-                                "where cuBLAS's own first pick runs: which one wins can change from run to run.")
     zero: int = opt(0, "--zero", type=click.IntRange(0, 1), resume=CARRIED_,
                     help="1: ZeRO-1, each GPU keeps and updates only its shard of the optimizer state.")
     recompute: int = opt(0, "--recompute", type=click.IntRange(0, 2), resume=CARRIED_,

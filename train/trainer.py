@@ -99,10 +99,7 @@ class Trainer:
                                rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
                                precision=o.precision, fused=fused, recompute=o.recompute)
         self.free_at_start, self.total_memory = drv.mem_get_info()  # this process's context made, nothing allocated
-        from workbench.library_calls import TUNING
-        self.tuned_from = len(TUNING.found)  # this run's shapes are the ones timed from here on
-        with TUNING.planning(o.tune_gemms and not o.deterministic):  # the GEMMs tune at their first run
-            self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm())
+        self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm())
         padded = np.zeros(self.program.padded_params, dtype=np.float32)
         padded[:self.params.size] = self.params
         self.backend.upload("params", padded)
@@ -508,7 +505,6 @@ class TrainLoop:
             free, total_mem = trainer.drv.mem_get_info()
             s["gpu_memory_used"] = total_mem - free
             s["memory"] = memory_report(trainer, free)
-            s["gemm_tuning"] = gemm_tuning_note(trainer, self.ui)
         tps = self.run.total_batch / (ms / 1e3)
         mfu = 100 * self.flops_per_tok * tps / self.dist.world / (self.peak * 1e12)
         rec = StepRecord(step + 1, loss, ms, tps, mfu, host_us, lr)
@@ -545,18 +541,6 @@ class TrainLoop:
             formats.atomic_write(o.json, [json.dumps(s, indent=1, default=str).encode() + b"\n"])
         if not failed:  # after a failure the GPU may be stuck on a dead peer: the process just ends
             trainer.release()
-
-
-def gemm_tuning_note(trainer: Trainer, ui) -> list[dict]:
-    """What the first step's GEMM tuning chose (--tune-gemms), as a note; the summary keeps each shape."""
-    from workbench.library_calls import TUNING
-    found = TUNING.found[trainer.tuned_from:]
-    changed = [f for f in found if f["chosen"]]
-    if found:
-        first, chosen = sum(f["first_us"] for f in found), sum(f["chosen_us"] for f in found)
-        ui.note(f"--tune-gemms: {len(found)} GEMM shapes timed, {len(changed)} run another of cuBLASLt's candidates "
-                f"than its first pick (one call of each shape: {first:,.0f} -> {chosen:,.0f} us)")
-    return found
 
 
 def memory_report(trainer: Trainer, free_now: int | None = None) -> dict:

@@ -13,7 +13,6 @@ D^T = op(B)^T op(A)^T, which is the same memory.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -104,10 +103,6 @@ def gemm(a, b, c, m, n, k, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, ba
          stride_a=0, stride_b=0, stride_c=0, lda=0, ldb=0, ldc=0, tf32=False, dtype="f32"):
     """cuBLAS (strided-batched) GEMM, row-major: C = alpha op(A) op(B) + beta C; dtype "bf16":
     A, B and C in bf16, accumulated in fp32."""
-    if TUNING.enabled:  # the same product through cuBLASLt, whose candidates can be timed (GemmTuning)
-        return gemm_lt(a, b, c, m, n, k, c=c, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, batch=batch,
-                       stride_a=stride_a, stride_b=stride_b, stride_d=stride_c, lda=lda, ldb=ldb, ldd=ldc, tf32=tf32,
-                       dtype=dtype)
     from nvmath.bindings import cublas
     handle = cublas_handle()
     lda, ldb, ldc = _col_major(m, n, k, trans_a, trans_b, lda, ldb, ldc)
@@ -205,117 +200,23 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     pref = cublasLt.matmul_preference_create()
     _set(cublasLt.matmul_preference_set_attribute, pref, cublasLt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
          cublasLt.get_matmul_preference_attribute_dtype, WORKSPACE)
-    want = TUNE_CANDIDATES if TUNING.enabled else 1
-    results = cublasLt.MatmulHeuristicResult(want)
+    results = cublasLt.MatmulHeuristicResult(1)
     count = np.zeros(1, dtype=np.int32)
-    cublasLt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, want,
+    cublasLt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, 1,
                                  results.ptr, count.ctypes.data)
     if count[0] == 0:
         raise ContractError(f"cuBLASLt found no algorithm for m={m} n={n} k={k} ({dtype}, epilogue {epilogue})")
-    algos = [np.array(results[i]["algo"]) for i in range(int(count[0]))]
+    algo = np.array(results[0]["algo"])
     scalars = np.array([alpha, beta], dtype=np.float32)
     ws = _workspace()
     c_ptr = int(c) if c else int(d)
 
-    def run(stream, algo):
+    def call(stream):
         cublasLt.matmul(handle, desc, scalars.ctypes.data, int(b), layout_b, int(a), layout_a,
                   scalars.ctypes.data + 4, c_ptr, layout_d, int(d), layout_d, algo.ctypes.data,
                   int(ws), WORKSPACE, _stream_handle(stream))
-    if len(algos) == 1:
-        def call(stream):
-            run(stream, algos[0])
-    else:
-        # What tells one product from another for the algorithm's choice (not its pointers).
-        key = (m, n, k, trans_a, trans_b, lda, ldb, ldd, batch, stride_a, stride_b, stride_d, dtype, bool(tf32),
-               epilogue, beta != 0, int(aux_ld or 0))
-        # D's extent in bytes, which the product reads back when beta != 0 and C is D.
-        extent = ((batch - 1) * stride_d + (m - 1) * ldd + n) * (4 if dtype == "f32" else 2)
-        adds_into_d = beta != 0 and c_ptr == int(d)
-        label = f"m={m} n={n} k={k} {dtype} {epilogue.lower()}{' +=' if adds_into_d else ''}"
-
-        def call(stream):
-            if key not in TUNING.choices:
-                TUNING.tune(key, label, algos, run, stream, int(d) if adds_into_d else 0, extent)
-            run(stream, algos[TUNING.choices.get(key, 0)])
-    call.keep = (scalars, algos, results)  # type: ignore[attr-defined]
+    call.keep = (scalars, algo, results)  # type: ignore[attr-defined]
     return call
-
-
-# -- GEMM algorithm tuning (the trainer's choice) ------------------------------------------------------
-TUNE_CANDIDATES = 8   # cuBLASLt's first heuristic candidates, timed
-TUNE_REPS = (2, 5)    # warm-up runs, then timed runs (the median counts) per candidate
-
-
-class GemmTuning:
-    """With `enabled` (the trainer sets it while it plans; the workbench's own runs keep cuBLAS's and
-    cuBLASLt's first pick, whose times its tables show), gemm calls go through gemm_lt, and a gemm_lt
-    call times cuBLASLt's first TUNE_CANDIDATES candidates on its own operands at its first run and
-    keeps the fastest for every call of the same shape and epilogue.
-
-    A tuning run is timed by CUDA events and synchronizes, so it must not be under stream capture:
-    there (a graph captured before any plain run) the call keeps the first pick and tunes nothing.
-    Where the product adds into D (beta != 0, C = D), D is copied aside first and put back after each
-    trial, so the call's own result is the one product it was asked for. Which candidate wins can
-    change between runs (timings are noisy), and the candidates need not sum in the same order, so
-    bit-identical runs (--deterministic) keep it off."""
-
-    def __init__(self):
-        self.enabled = False
-        self.choices: dict[tuple, int] = {}
-        self.found: list[dict] = []
-
-    @contextmanager
-    def planning(self, on: bool):
-        """gemm and gemm_lt calls made inside tune (if `on`) at their first run; calls made after do not."""
-        before, self.enabled = self.enabled, bool(on)
-        try:
-            yield self
-        finally:
-            self.enabled = before
-
-    def tune(self, key, label, algos, run, stream, keep_ptr: int, extent: int) -> None:
-        import pycuda.driver as drv
-        if _capturing(stream):
-            return
-        saved = drv.mem_alloc(extent) if keep_ptr else None
-        if saved is not None:
-            drv.memcpy_dtod_async(saved, keep_ptr, extent, stream)
-        times = []
-        warm, timed = TUNE_REPS
-        for algo in algos:
-            samples = []
-            try:
-                for r in range(warm + timed):
-                    if saved is not None:
-                        drv.memcpy_dtod_async(keep_ptr, saved, extent, stream)
-                    start, end = drv.Event(), drv.Event()
-                    start.record(stream)
-                    run(stream, algo)
-                    end.record(stream)
-                    end.synchronize()
-                    if r >= warm:
-                        samples.append(end.time_since(start) * 1e3)
-                times.append(float(np.median(samples)))
-            except Exception:  # noqa: BLE001  (a candidate cuBLASLt cannot run here is no candidate)
-                stream.synchronize()
-                times.append(math.inf)
-        if saved is not None:
-            drv.memcpy_dtod_async(keep_ptr, saved, extent, stream)
-            stream.synchronize()
-            saved.free()
-        best = int(np.argmin(times)) if np.isfinite(min(times)) else 0
-        self.choices[key] = best
-        self.found.append({"gemm": label, "candidates": len(algos), "first_us": round(times[0], 1),
-                           "chosen": best, "chosen_us": round(times[best], 1)})
-
-
-TUNING = GemmTuning()
-
-
-def _capturing(stream) -> bool:
-    from cuda.bindings import driver as cu
-    err, status = cu.cuStreamIsCapturing(cu.CUstream(_stream_handle(stream)))
-    return err != cu.CUresult.CUDA_SUCCESS or status != cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 # -- cuDNN: scaled dot-product attention through the cuDNN frontend, on raw pointers ---------------
