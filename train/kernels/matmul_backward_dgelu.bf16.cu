@@ -1,29 +1,25 @@
 /*
-title = "bf16: the DGELU epilogue alone, the bias gradient summed in fp32 by two kernels of ours"
-builds_on = 3
+title = "bf16: version 4 with dpre's column sums read at the copy's speed (more slices, four rows in flight)"
+builds_on = 4
 precision = "bf16"
-changed = "cuBLASLt's epilogue only applies gelu' (DGELU, no BGRAD); dpre's column sums are taken by our own kernels in fp32: row slices into fp32 partials, then the partials in slice order added into dpre_bias, rounded to bf16 once."
+changed = "dgelu_column_partials gets four blocks of 256 columns per SM (SLICES = SMS * 4 / column tiles, at least 32 rows a slice) where version 4 had 16 slices, and each warp issues the loads of four rows before it adds them (in the same row order as version 4)."
 why = """
-On the H100 version 3 failed its check at the default sizes: 16 of 3072 dpre_bias elements off by
-up to 0.062 (results/h100-loop-and-fusions-2026-11-27/). Its column sums come out of the epilogue
-in the output's type, bf16: a sum of 8192 values near 0.05 kept in 8 bits of mantissa loses about
-an ulp of the running total (0.002 at 0.3) on every add it rounds, which adds up to the errors seen.
-So the epilogue here stops at dpre = gelu'(pre) * (dout @ weight), and the bias gradient is read
-back from dpre: each block of dgelu_column_partials4 takes 256 columns (eight a thread, one 16-byte
-load) of one slice of the rows, its eight warps striding over the slice's rows, and leaves the
-slice's sums in fp32; dgelu_bias_add4 adds the slices' sums in order (the same bits every run) into
-dpre_bias. The read of dpre costs 2 * N * C bytes (50 MB at the default sizes, ~20 us at the copy
-ceiling), the price of an exact sum; SLICES row slices give the partials kernel enough blocks for
-every multiprocessor (12 column tiles x 16 slices at C = 3072).
+In the trainer's bf16 step on the H100 (GPT-2 124M, B=16, results/h100-session10-2026-11-28/call1)
+version 4's column sums took 48.6 us a call for 100 MB of dpre: 2.07 TB/s, 69% of the copy
+ceiling, 0.58 ms of the 29.7 ms step (1.08 ms at B=32). Its grid at C = 3072 is 12 column tiles x
+16 slices = 192 blocks, 1.5 a multiprocessor, each warp with one 16-byte load in flight: too few
+bytes on the way to cover the memory's latency. Four blocks per SM with four loads each in flight
+keep ~64 KB a multiprocessor in flight. The partials grow to SLICES x C floats (44 slices at C = 3072 on 132
+SMs: 0.5 MB), which stay in L2 for the add; the sums keep version 4's order within a warp.
 """
 preconditions = ["C % 8 == 0"]
 
 [derived]
-SLICES = "min(16, N)"
-ROWS = "cdiv(N, min(16, N))"
+SLICES = "max(1, min(cdiv(N, 32), SMS * 4 // cdiv(C, 256)))"  # four blocks of 256 columns per SM, >= 32 rows each
+ROWS = "cdiv(N, SLICES)"
 
 [scratch]
-partial = "min(16, B * T) * C"
+partial = "SLICES * C"
 
 [[launch]]
 library = "gemm_lt"
@@ -38,13 +34,13 @@ aux = "pre"
 dtype = "bf16"
 
 [[launch]]
-kernel = "dgelu_column_partials4"
+kernel = "dgelu_column_partials5"
 grid = ["cdiv(C, 256)", "SLICES"]
 block = 256
 args = ["partial", "dpre", "N", "C", "ROWS"]
 
 [[launch]]
-kernel = "dgelu_bias_add4"
+kernel = "dgelu_bias_add5"
 grid = "cdiv(C, 256)"
 block = 256
 args = ["dpre_bias", "partial", "C", "SLICES"]
@@ -117,19 +113,33 @@ __device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
 
 // partial[s * C + c] = the sum over the rows of slice s (rows s*rows .. s*rows + rows - 1) of
 // dpre[row, c], in fp32. A block: 256 columns, eight a thread (C % 8 == 0: whole 16-byte packs),
-// its eight warps taking every eighth row of the slice; the warps' sums meet in shared memory.
-extern "C" __global__ void dgelu_column_partials4(float* partial, const bf16* dpre, int N, int C, int rows) {
+// its eight warps taking every eighth row of the slice, four such rows loaded before any is added;
+// the warps' sums meet in shared memory.
+extern "C" __global__ void dgelu_column_partials5(float* partial, const bf16* dpre, int N, int C, int rows) {
     __shared__ float sums[8][32][8];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 256 + 8 * lane;
     const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
     float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (c < C) {
-        for (int r = r0 + warp; r < r1; r += 8) {
-            Pack8 p = load8(dpre + (size_t)r * C + c);
+        const bf16* col = dpre + c;
+        int r = r0 + warp;
+        for (; r + 24 < r1; r += 32) {
+            Pack8 p[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) p[u] = load8(col + (size_t)(r + 8 * u) * C);
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) s[j] += to_float(p[u].v[j]);
+        }
+        for (; r < r1; r += 8) {
+            Pack8 p = load8(col + (size_t)r * C);
+#pragma unroll
             for (int j = 0; j < 8; ++j) s[j] += to_float(p.v[j]);
         }
     }
+#pragma unroll
     for (int j = 0; j < 8; ++j) sums[warp][lane][j] = s[j];
     __syncthreads();
     if (warp == 0 && c < C) {
@@ -141,8 +151,9 @@ extern "C" __global__ void dgelu_column_partials4(float* partial, const bf16* dp
     }
 }
 
-// dpre_bias[c] += the slices' sums, added in slice order (the same bits every run), rounded once.
-extern "C" __global__ void dgelu_bias_add4(bf16* dpre_bias, const float* partial, int C, int slices) {
+// Version 4's: dpre_bias[c] += the slices' sums, added in slice order (the same bits every run),
+// rounded once.
+extern "C" __global__ void dgelu_bias_add5(bf16* dpre_bias, const float* partial, int C, int slices) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.f;
