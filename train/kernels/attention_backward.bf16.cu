@@ -1,59 +1,48 @@
 /*
-title = "bf16 wgmma flash backward, dQ summed in a fixed order through L2: deterministic, no atomics, no dQ pass"
-builds_on = 13
+title = "version 14 without its prep kernel: each block takes D = dout . out for its own diagonal tile and hands it on"
+builds_on = 14
 precision = "bf16"
-deterministic = true  # each dQ element is summed over key blocks in one fixed order
+deterministic = true  # version 14's fixed-order dQ sums; D is one dot product a row, written once
 changed = """
-Version 13 with its dQ atomics replaced by an ordered hand-over between the key blocks of a head:
-* Query tile i gets its dQ shares from key blocks i, i - 1, ..., 0 in that order. Key block kb
-  visits tiles kb, kb + 1, ... in ascending order, so it reaches tile i one step after key block
-  kb + 1 did: when each block's turn comes, the block before it has (nearly always) finished.
-* A ticket a (head, query tile) counts the shares written. Key block kb reads tile i's ticket as
-  the tile's first products start (a relaxed load, not waited for), looks at it once dV and dK
-  are issued, and polls with ld.acquire.gpu only while the count is short of i - kb; then it
-  fetches the running fp32 sum (cp.async.cg: L2 to shared memory) and adds its own share:
-  - the first (kb = i, its diagonal tile) stores its share without reading anything;
-  - the last (kb = 0) writes bf16(scale * sum) straight into dqkv;
-  - any other stores the fp32 sum back, and after the block's next barrier one thread adds 1 to
-    the count (red.release.gpu).
-* So there is no zeroed accumulator (the first share is a store) and no dQ conversion pass, and
-  the sum runs in one order: the result is the same bits every run.
-* The grid's key blocks run from the last to the first (blockIdx.x = key blocks - 1 - kb): a block
-  only waits on blocks launched before it, which the hardware schedules first, so the waits end.
+Version 14's first kernel (D = dout . out for every query row, the tickets zeroed) is gone:
+* Key block kb's first query tile is its diagonal tile kb, and every query tile is some block's
+  diagonal. So block kb computes D for the 128 rows of tile kb itself, as it starts (16 KB of
+  dout and 16 KB of out read, eight lanes a row, while its K, V and first Q / dout tiles are
+  still on their way), keeps them in shared memory for its first tile, stores them to D (rows
+  padded to whole tiles, zeros past T) and, after the loop's first barrier, raises the tile's
+  ready flag (red.release.gpu).
+* A block reaches tile i > kb only after i - kb tiles of its own work, and block i was launched
+  before it: the flag is nearly always up. Warp 0 reads it (relaxed) while the S and dP products
+  run and stages D for the next tile with cp.async.cg after the dV and dK products are issued,
+  re-reading with ld.acquire only if the flag is still down (version 14's ticket pattern).
+* The tickets and the flags are one i32 scratch zeroed by a memset step: no kernel reads the
+  whole of dout and out before the backward starts.
 """
 why = """
-Version 13 paid for dQ three times: a pass zeroing the fp32 accumulator, the L2's atomic units
-summing 57 M fp32 additions, and a pass converting the sums to bf16. Ordered shares replace all
-three with plain loads and stores the L2 serves, and make the backward deterministic.
-What the hand-over costs (H200, B = 16, T = 1024, NH = 12, the whole backward timed unflushed by
-CUDA events; scripts and variants in results/h200-session9-2026-11-28): without any ticket test
-(wrong results, timing only) 329-331 us; polling with ld.acquire right after the S and dP
-products are issued 355-357 us (the acquire's L2 round trip, ~0.4 us a tile by %globaltimer, is
-not hidden); this version 343-345 us (version 13: 336-337 us). The early test is a relaxed load
-on purpose: an acquire there measured the same as polling. Correctness of the fast path rests on
-the fetch's control dependency on the ticket and on the fetch reading the L2 (the pattern of the
-CUDA samples' last-block reductions); a count short of our turn is re-read with acquire.
+On the H100 at the trainer's shape (B = 16, T = 1024, NH = 12, L2 flushed) version 14 took
+342.7-343.2 us against cuDNN's 302.7-304.7 (1.13x; results/h100-session10-2026-11-28/call3). Its
+prep kernel streams 50 MB (dout and out) before any tensor core works: ~17 us at the copy
+ceiling, about 5% of the backward, spent on a pass whose only output is 0.8 MB of D. Inside the
+main kernel the same reads come at each block's start, when the block waits for its first tiles
+anyway, and D goes to the consumers through the L2.
 """
 preconditions = ["HS == 64"]
 arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
 
 [scratch]
-D = "B * NH * T"   # dout . out per row, fp32
-dq = "B * T * C"   # the running dQ sums, fp32, laid out (B, T, NH, HS); never zeroed
-ticket = { size = "B * NH * cdiv(T, 128)", dtype = "i32" }   # shares written, per (head, query tile)
+D = "B * NH * cdiv(T, 128) * 128"  # dout . out per row, fp32, (B, NH, T) with each head's rows padded to whole tiles
+dq = "B * T * C"                    # the running dQ sums, fp32, laid out (B, T, NH, HS); never zeroed
+ticket = { size = "2 * B * NH * cdiv(T, 128)", dtype = "i32" }  # per (head, query tile): dQ shares written, then D's flag
 
 [[launch]]
-kernel = "attention_backward14_prep"
-grid = "cdiv(B * T * NH, 32)"   # 8 lanes per (b, t, h) row, 32 rows per block
-block = 256
-args = ["ticket", "D", "dout", "out", "B", "T", "NH", "HS"]
+memset = "ticket"
 
 [[launch]]
-kernel = "attention_backward14"
-grid = ["cdiv(T, 128)", "B * NH"]   # key blocks fastest, last key block first: see changed
+kernel = "attention_backward15"
+grid = ["cdiv(T, 128)", "B * NH"]   # key blocks fastest, last key block first (version 14)
 block = 256
 shared = "1024 + 2 * 128 * 128 + 2 * 2 * 128 * 128 + 128 * 256 + 2 * 2 * 128 * 4 + 128 * 72 * 4"
-args = ["dq", "ticket", "dqkv", "dout", "qkv", "lse", "D", "T", "NH", "1.4426950408889634 / sqrt(HS)", "1.0 / sqrt(HS)"]
+args = ["dq", "ticket", "dqkv", "dout", "out", "qkv", "lse", "D", "T", "NH", "1.4426950408889634 / sqrt(HS)", "1.0 / sqrt(HS)"]
 */
 // ---- begin attention_backward_bf16.cuh ----
 // attention_backward_bf16.cuh: the warp-level pieces the bf16 tensor-core versions of
@@ -702,9 +691,9 @@ __device__ __forceinline__ void dot_rows(float* D, float* zero, const bf16* dout
 
 #endif  // KERNELS_COMMON_ATTENTION_BACKWARD_BF16_CUH
 
-// ---- end attention_backward_bf16.cuh ----  // dot_rows, rows_to_bf16, red_add_v2, store_dk_dv
+// ---- end attention_backward_bf16.cuh ----  // store_dk_dv
 // (already included: bf16.cuh)
-// (already included: mma.cuh)                       // cp_async_16, ldmatrix_x4_trans, pack_bf16x2, smem_addr
+// (already included: mma.cuh)                       // cp_async_16, smem_addr
 // ---- begin wgmma.cuh ----
 // wgmma.cuh: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) for 64 x 64 x 16 bf16 products
 // with fp32 accumulators, the shared-memory layout it reads (rows of 128 bytes, 128-byte swizzle)
@@ -828,23 +817,160 @@ __device__ __forceinline__ void wgmma_rs_bt(float (&d)[8][4], const uint32_t (&a
 
 #endif  // KERNELS_ATTENTION_FORWARD_WGMMA_CUH
 
-// ---- end wgmma.cuh ----                     // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
+// ---- end wgmma.cuh ----                     // sw128_desc, stage_sw128, wgmma_commit / wait
+// ---- begin wgmma_backward.cuh ----
+// wgmma_backward.cuh: the per-tile steps of attention_backward 13 and 14 (wgmma, 128 keys a block
+// in two 64-key warpgroups, query tiles of 128 in two 64-query halves, HS = 64). Each version's own
+// file keeps its loop: the order of these steps, its barriers and waits, and what it does with dQ.
+//
+// Shared memory as both lay it out (every tile 128-byte swizzled, rows of 64 bf16 = 128 bytes):
+// sQ / sG: a query tile of Q / dout (128 rows: two 64-row halves of 8 KB), two buffers each;
+// lsD: lse[128] then D[128] (fp32) a buffer; sdS: dS^T as [query half][128 keys][64 queries].
+//
+// stage_query_tile(tQ, tG, lsD, buf, q_base, g_base, l_row, d_row, rs, C, T, q0, qkv, dout)
+//   Queries q0 .. q0 + 127: Q rows (stride rs) into tQ, dout rows (stride C) into tG, their lse
+//   (threads 0-127) and D (threads 128-255) into buffer buf of lsD (lsD[256 buf ..]); zeros past
+//   T. cp.async, uncommitted.
+// products_s_dp(s, dp, descK, descV, tQ, tG)
+//   Issues S^T = K Q^T and dP^T = V dout^T for the warpgroup's 64 keys against both query halves
+//   (s[hq], dp[hq]: 64 x 64 fp32 accumulators), after a wgmma fence; the caller commits and waits.
+// softmax_grads(pa, sa, s, dp, tl, tD, key_r0, q0, T, edge, sl2)
+//   P^T = 2^(s sl2 - lse log2 e), zero where key > query or query >= T (tested only when `edge`);
+//   dS^T = P^T (dP^T - D); both as bf16 A fragments over the queries (pa, sa [hq][k-step]).
+//   key_r0: the key of the thread's accumulator rows e = 0, 1 (e = 2, 3: + 8).
+// products_dv_dk(dv, dk, pa, sa, tQ, tG)
+//   Issues dV += P^T dout and dK += dS^T Q over the 128 queries (A from registers, dout and Q
+//   MN-major), after a wgmma fence; the caller commits.
+// store_ds_t(sdS, sa, wg, warp, g, t)
+//   The warpgroup's dS^T rows (keys 64 wg + 16 warp + g, + 8) into sdS, half hq at sdS + hq * 16 KB.
+// product_dq(dqa, sdS, descK_all, wg, warp, lane)
+//   Once both warpgroups' dS^T are in sdS (the caller's barrier): issues dQ = dS K for queries
+//   64 wg .. 64 wg + 63 of the tile over all 128 keys, dS read back as A fragments through
+//   ldmatrix .trans, K MN-major (descK_all), after a wgmma fence; the caller commits and waits.
+// block_sync_256()
+//   Both warpgroups wait for each other: named barrier 3, a __syncthreads that leaves barrier 0 to
+//   the loop's copies.
+
+#ifndef KERNELS_ATTENTION_BACKWARD_WGMMA_BACKWARD_CUH
+#define KERNELS_ATTENTION_BACKWARD_WGMMA_BACKWARD_CUH
+// (already included: bf16.cuh)
+// (already included: mma.cuh)    // cp_async_4, ldmatrix_x4_trans, pack_bf16x2
+// (already included: wgmma.cuh)  // wgmma_ss, wgmma_rs_bt, sw128, sw128_desc, stage_sw128
+
+#define WB_LOG2E 1.4426950408889634f
+
+__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
+
+// The products exist only in the sm_90a build (as wgmma.cuh's wrappers do); the versions call
+// every step inside their own sm_90a guard.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ void stage_query_tile(uint32_t tQ, uint32_t tG, float* lsD, int buf, const bf16* q_base,
+                                                 const bf16* g_base, const float* l_row, const float* d_row,
+                                                 size_t rs, int C, int T, int q0, const bf16* qkv,
+                                                 const bf16* dout) {
+    stage_sw128<128, 256>(tQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+    stage_sw128<128, 256>(tG, g_base + (size_t)q0 * C, C, T - q0, dout);
+    const int r = threadIdx.x % 128;  // lse (threads 0-127) and D (128-255) of the tile's queries
+    const bool ok = q0 + r < T;
+    const float* src = (threadIdx.x < 128 ? l_row : d_row) + q0 + r;
+    cp_async_4(lsD + buf * 256 + threadIdx.x, ok ? src : l_row, ok);
+}
+
+__device__ __forceinline__ void products_s_dp(float (&s)[2][8][4], float (&dp)[2][8][4], uint64_t descK,
+                                              uint64_t descV, uint32_t tQ, uint32_t tG) {
+    wgmma_fence();
+#pragma unroll
+    for (int hq = 0; hq < 2; hq++) {
+        const uint64_t dq_desc = sw128_desc(tQ + hq * 64 * 128, 1024), dg_desc = sw128_desc(tG + hq * 64 * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_ss(s[hq], descK + 2 * kk, dq_desc + 2 * kk, kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_ss(dp[hq], descV + 2 * kk, dg_desc + 2 * kk, kk > 0);
+    }
+}
+
+__device__ __forceinline__ void softmax_grads(uint32_t (&pa)[2][4][4], uint32_t (&sa)[2][4][4],
+                                              const float (&s)[2][8][4], const float (&dp)[2][8][4],
+                                              const float* tl, const float* tD, int key_r0, int q0, int T,
+                                              bool edge, float sl2) {
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int qc = 64 * hq + 8 * n + 2 * t;  // the query column of e = 0 (e = 1: + 1)
+            const float2 l2 = *reinterpret_cast<const float2*>(tl + qc);
+            const float2 d2 = *reinterpret_cast<const float2*>(tD + qc);
+            float p[4], ds[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = key_r0 + 8 * (e / 2), q = q0 + qc + (e & 1);
+                const float lv = (e & 1) ? l2.y : l2.x, dv_ = (e & 1) ? d2.y : d2.x;
+                p[e] = exp2f(fmaf(s[hq][n][e], sl2, -lv * WB_LOG2E));
+                if (edge && !(key <= q && q < T)) p[e] = 0.0f;
+                ds[e] = p[e] * (dp[hq][n][e] - dv_);
+            }
+            pa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(p[0], p[1]);
+            pa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(p[2], p[3]);
+            sa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(ds[0], ds[1]);
+            sa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(ds[2], ds[3]);
+        }
+}
+
+__device__ __forceinline__ void products_dv_dk(float (&dv)[8][4], float (&dk)[8][4], const uint32_t (&pa)[2][4][4],
+                                               const uint32_t (&sa)[2][4][4], uint32_t tQ, uint32_t tG) {
+    wgmma_fence();
+#pragma unroll
+    for (int hq = 0; hq < 2; hq++) {
+        const uint64_t dq_desc = sw128_desc(tQ + hq * 64 * 128, 1024), dg_desc = sw128_desc(tG + hq * 64 * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dv, pa[hq][kk], dg_desc + 128 * kk);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dk, sa[hq][kk], dq_desc + 128 * kk);
+    }
+}
+
+__device__ __forceinline__ void store_ds_t(uint32_t sdS, const uint32_t (&sa)[2][4][4], int wg, int warp, int g,
+                                           int t) {
+    const int r0 = 64 * wg + 16 * warp + g;
+#pragma unroll
+    for (int hq = 0; hq < 2; hq++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {  // n = 2 kk + half: queries 8n + 2t, + 1
+                const int chunk = 2 * kk + half;
+                const uint32_t at = sdS + hq * 128 * 128 + 4 * t;
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0, chunk)), "r"(sa[hq][kk][2 * half]) : "memory");
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0 + 8, chunk)), "r"(sa[hq][kk][2 * half + 1]) : "memory");
+            }
+}
+
+__device__ __forceinline__ void product_dq(float (&dqa)[8][4], uint32_t sdS, uint64_t descK_all, int wg, int warp,
+                                           int lane) {
+    uint32_t dsa[8][4];
+    const int mi = lane / 8;
+    const uint32_t from = sdS + wg * 128 * 128;
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        const int key_row = 16 * kk + (lane % 8) + 8 * (mi / 2);
+        ldmatrix_x4_trans(dsa[kk], from + sw128(key_row, 2 * warp + (mi % 2)));
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) wgmma_rs_bt(dqa, dsa[kk], descK_all + 128 * kk, kk > 0);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+#endif  // KERNELS_ATTENTION_BACKWARD_WGMMA_BACKWARD_CUH
+
+// ---- end wgmma_backward.cuh ----            // the tile's steps: products, softmax gradients, dS^T, dQ; block_sync_256
 
 #define BK 128   // keys a block: two warpgroups of 64
 #define BQ 128   // queries a streamed tile: two halves of 64
 #define HSW 64   // the head size this version is written for
-#define LOG2E 1.4426950408889634f
-
-// D = dout . out per (b, h, t) row, and every (head, query tile) ticket set to 0.
-extern "C" __global__ void attention_backward14_prep(int* ticket, float* D, const bf16* dout, const bf16* out,
-                                                     int B, int T, int NH, int HS) {
-    dot_rows(D, nullptr, dout, out, B, T, NH, HS);
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (long long)B * NH * ((T + 127) / 128)) ticket[i] = 0;
-}
-
-// Both warpgroups wait for each other (named barrier 3: __syncthreads without the copies' meaning).
-__device__ __forceinline__ void block_sync_256() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
 
 // The ticket as the L2 holds it (relaxed, GPU scope: a load that returns whenever its register is
 // first used), and the same with acquire: ordered before every later load of this thread. ptxas
@@ -865,14 +991,26 @@ __device__ __forceinline__ void ticket_release(int* p) {
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
 }
 
+// Q, dout and lse of query tile i (version 14's stage_query_tile without D, which has its own copy).
+__device__ __forceinline__ void stage_q_dout_lse(uint32_t tQ, uint32_t tG, float* tl, const bf16* q_base,
+                                                 const bf16* g_base, const float* l_row, size_t rs, int C, int T,
+                                                 int q0, const bf16* qkv, const bf16* dout) {
+    stage_sw128<128, 256>(tQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+    stage_sw128<128, 256>(tG, g_base + (size_t)q0 * C, C, T - q0, dout);
+    if (threadIdx.x < 128) {
+        const int r = threadIdx.x;
+        const bool ok = q0 + r < T;
+        cp_async_4(tl + r, ok ? l_row + q0 + r : l_row, ok);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256, 1)
-attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                     const float* D, int T, int NH, float sl2, float scale) {
+attention_backward15(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
+                     const float* lse, float* D, int T, int NH, float sl2, float scale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
     const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
     constexpr uint32_t QT = BQ * 128;                           // a 128-row tile: 16 KB
-    constexpr uint32_t HALF = 64 * 128;                         // its 64-row halves: 8 KB
     constexpr int SP = 72;                                      // floats a row of the running sum (64 + 8)
     const uint32_t sK = base, sV = sK + BK * 128;               // the block's keys and values
     const uint32_t sQ = sV + BK * 128, sG = sQ + 2 * QT;        // Q and dout tiles, two buffers each
@@ -891,26 +1029,54 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
     const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
     const bf16* g_base = dout + (size_t)b * T * C + (size_t)h * HSW;
     const float* l_row = lse + (size_t)bh * T;  // lse and D are (B, NH, T)
-    const float* d_row = D + (size_t)bh * T;
+    const int tiles = (T + BQ - 1) / BQ;              // query tiles of a head
+    float* d_row = D + (size_t)bh * tiles * BQ;       // D's rows of this head, padded to whole tiles
     float* dq_head = dq + ((size_t)b * T) * C + (size_t)h * HSW;  // row q at + q C
-    const int first = k0 / BQ, tiles = (T + BQ - 1) / BQ;  // query tiles from the diagonal on
+    const int first = k0 / BQ;  // query tiles from the diagonal on
     int* tickets = ticket + (size_t)bh * tiles;
+    int* ready = ticket + (size_t)gridDim.y * tiles + (size_t)bh * tiles;  // D of tile i is in d_row
 
-    auto issue = [&](int i) {  // query tile i into buffer i % 2, one cp.async group
+    auto issue = [&](int i) {  // Q, dout and lse of query tile i into buffer i % 2, one cp.async group
         if (i < tiles) {
-            const int q0 = i * BQ, buf = i % 2;
-            stage_sw128<BQ, 256>(sQ + buf * QT, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
-            stage_sw128<BQ, 256>(sG + buf * QT, g_base + (size_t)q0 * C, C, T - q0, dout);
-            const int r = threadIdx.x % 128;  // lse (threads 0-127) and D (128-255) of the tile's queries
-            const bool ok = q0 + r < T;
-            const float* src = (threadIdx.x < 128 ? l_row : d_row) + q0 + r;
-            cp_async_4(lsD + buf * 256 + threadIdx.x, ok ? src : l_row, ok);
+            const int buf = i % 2;
+            stage_q_dout_lse(sQ + buf * QT, sG + buf * QT, lsD + buf * 256, q_base, g_base, l_row, rs, C, T,
+                             i * BQ, qkv, dout);
         }
         cp_async_commit();
     };
     stage_sw128<BK, 256>(sK, q_base + (size_t)k0 * rs + C, rs, T - k0, qkv);
     stage_sw128<BK, 256>(sV, q_base + (size_t)k0 * rs + 2 * C, rs, T - k0, qkv);
     issue(first);
+    {  // D of our diagonal tile, eight lanes a row, 32 rows a pass: into shared memory and d_row
+        const bf16* o_base = out + (size_t)b * T * C + (size_t)h * HSW;
+        const int lane8 = threadIdx.x % 8, q0 = first * BQ;
+        float* tD = lsD + (first % 2) * 256 + 128;
+        Pack8 gv[4], ov[4];
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int q = q0 + threadIdx.x / 8 + 32 * p;
+            if (q < T) {
+                gv[p] = load8(g_base + (size_t)q * C + 8 * lane8);
+                ov[p] = load8(o_base + (size_t)q * C + 8 * lane8);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int r = threadIdx.x / 8 + 32 * p;
+            float s = 0.0f;
+            if (q0 + r < T) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) s = fmaf(to_float(gv[p].v[j]), to_float(ov[p].v[j]), s);
+            }
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            if (lane8 == 0) {
+                tD[r] = s;            // zero past T: masked queries must see a finite D
+                d_row[q0 + r] = s;    // the padded rows too, for the consumers' 16-byte copies
+            }
+        }
+    }
 
     const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
@@ -929,6 +1095,7 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
         fence_proxy_async();  // this thread's copies, visible to the tensor cores
         __syncthreads();      // everyone's copies; and everyone is done with tile i - 1's buffers, dS and sum
         if (threadIdx.x == 0 && i > first && kb > 0) ticket_release(tickets + i - 1);  // tile i - 1's sum is out
+        if (threadIdx.x == 0 && i == first) ticket_release(ready + first);  // every thread's D store is out
         issue(i + 1);
         const uint32_t tQ = sQ + buf * QT, tG = sG + buf * QT;
         const float* tl = lsD + buf * 256;
@@ -937,56 +1104,20 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
 
         // S^T = K Q^T and dP^T = V dout^T for this warpgroup's 64 keys, in two 64-query halves.
         float s[2][8][4], dp[2][8][4];
-        wgmma_fence();
-#pragma unroll
-        for (int hq = 0; hq < 2; hq++) {
-            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_ss(s[hq], descK + 2 * kk, dq_desc + 2 * kk, kk > 0);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_ss(dp[hq], descV + 2 * kk, dg_desc + 2 * kk, kk > 0);
-        }
+        products_s_dp(s, dp, descK, descV, tQ, tG);
         wgmma_commit();
         // Tile i's ticket, read now and looked at after the dV and dK products are issued.
-        int seen = 0;
+        int seen = 0, up = 1;
         if (i > first) seen = ticket_relaxed(tickets + i);
+        if (threadIdx.x < 32 && i + 1 < tiles) up = ticket_relaxed(ready + i + 1);  // D of the next tile
         wgmma_wait<0>();
 
         // P^T = 2^(s sl2 - lse log2 e), zero where key > query or query >= T; dS^T = P^T (dP^T - D).
-        const int key_r0 = kw + 16 * warp + g;  // the key of e = 0, 1 (e = 2, 3: + 8)
         uint32_t pa[2][4][4], sa[2][4][4];
-#pragma unroll
-        for (int hq = 0; hq < 2; hq++)
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                const int qc = 64 * hq + 8 * n + 2 * t;  // the query column of e = 0 (e = 1: + 1)
-                const float2 l2 = *reinterpret_cast<const float2*>(tl + qc);
-                const float2 d2 = *reinterpret_cast<const float2*>(tD + qc);
-                float p[4], ds[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = key_r0 + 8 * (e / 2), q = q0 + qc + (e & 1);
-                    const float lv = (e & 1) ? l2.y : l2.x, dv_ = (e & 1) ? d2.y : d2.x;
-                    p[e] = exp2f(fmaf(s[hq][n][e], sl2, -lv * LOG2E));
-                    if (edge && !(key <= q && q < T)) p[e] = 0.0f;
-                    ds[e] = p[e] * (dp[hq][n][e] - dv_);
-                }
-                pa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(p[0], p[1]);
-                pa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(p[2], p[3]);
-                sa[hq][n / 2][2 * (n % 2) + 0] = pack_bf16x2(ds[0], ds[1]);
-                sa[hq][n / 2][2 * (n % 2) + 1] = pack_bf16x2(ds[2], ds[3]);
-            }
+        softmax_grads(pa, sa, s, dp, tl, tD, kw + 16 * warp + g, q0, T, edge, sl2);
 
         // dV += P^T dout, dK += dS^T Q over the 128 queries (A from registers, dout and Q MN-major).
-        wgmma_fence();
-#pragma unroll
-        for (int hq = 0; hq < 2; hq++) {
-            const uint64_t dq_desc = sw128_desc(tQ + hq * HALF, 1024), dg_desc = sw128_desc(tG + hq * HALF, 1024);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dv, pa[hq][kk], dg_desc + 128 * kk);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(dk, sa[hq][kk], dq_desc + 128 * kk);
-        }
+        products_dv_dk(dv, dk, pa, sa, tQ, tG);
         wgmma_commit();
 
         // While those run: wait for key block kb + 1's share of this tile (i - kb shares before ours),
@@ -1004,39 +1135,19 @@ attention_backward14(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
             }
             cp_async_commit();
         }
-        // dS^T to shared memory: half hq of the queries at sdS + hq * 16 KB, row = key (0-127).
-        {
-            const int r0 = 64 * wg + 16 * warp + g;
-#pragma unroll
-            for (int hq = 0; hq < 2; hq++)
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                    for (int half = 0; half < 2; half++) {  // n = 2 kk + half: queries 8n + 2t, + 1
-                        const int chunk = 2 * kk + half;
-                        const uint32_t at = sdS + hq * BK * 128 + 4 * t;
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0, chunk)), "r"(sa[hq][kk][2 * half]) : "memory");
-                        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at + sw128(r0 + 8, chunk)), "r"(sa[hq][kk][2 * half + 1]) : "memory");
-                    }
+        if (threadIdx.x < 32 && i + 1 < tiles) {  // warp 0: D of tile i + 1 (set by key block i + 1) into lsD
+            while (up == 0) up = ticket_acquire(ready + i + 1);
+            cp_async_16(smem_addr(lsD + ((i + 1) % 2) * 256 + 128 + 4 * threadIdx.x), d_row + (i + 1) * BQ + 4 * threadIdx.x,
+                        true);
+            cp_async_commit();
         }
+        // dS^T to shared memory: half hq of the queries at sdS + hq * 16 KB, row = key (0-127).
+        store_ds_t(sdS, sa, wg, warp, g, t);
         cp_async_wait<0>();  // this thread's share of the running sum (and tile i + 1's copies)
         block_sync_256();    // both warpgroups' dS^T rows are written; the whole running sum is here
-        // dQ = dS K for queries 64 wg .. 64 wg + 63 of the tile over all 128 keys: dS back as A
-        // fragments (rows = queries) through ldmatrix .trans, K MN-major.
-        uint32_t dsa[8][4];
-        {
-            const int mi = lane / 8;
-            const uint32_t from = sdS + wg * BK * 128;
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++) {
-                const int key_row = 16 * kk + (lane % 8) + 8 * (mi / 2);
-                ldmatrix_x4_trans(dsa[kk], from + sw128(key_row, 2 * warp + (mi % 2)));
-            }
-        }
+        // dQ = dS K for queries 64 wg .. 64 wg + 63 of the tile over all 128 keys.
         float dqa[8][4];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++) wgmma_rs_bt(dqa, dsa[kk], descK_all + 128 * kk, kk > 0);
+        product_dq(dqa, sdS, descK_all, wg, warp, lane);
         wgmma_commit();
         wgmma_wait<0>();  // dV, dK and dQ's share
 
