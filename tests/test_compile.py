@@ -101,24 +101,30 @@ def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path,
     assert "wgmma" not in ampere and "trap;" in ampere
 
 
-@pytest.mark.parametrize("number, products", [(12, 20), (13, 40), (14, 40)])
+@pytest.mark.parametrize("number, products", [(12, 20), (13, 40), (14, 40), (15, 40)])
 def test_the_wgmma_attention_backward_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path, number, products):
-    """attention_backward 12-14 run every product on wgmma: S^T, dP^T, dV, dK and dQ, four
-    16-key or 16-query steps each a 64-query tile (13, 14: two halves, and dQ over 128 keys); the
+    """attention_backward 12-15 run every product on wgmma: S^T, dP^T, dV, dK and dQ, four
+    16-key or 16-query steps each a 64-query tile (13-15: two halves, and dQ over 128 keys); the
     scratch kernels around them build anywhere, the main one is a trap off a Hopper. 12 and 13 add
-    dQ with float atomics; 14 hands the running sum over by tickets (acquire, release) and has no
-    float atomic at all, which is what makes it deterministic."""
+    dQ with float atomics; 14 and 15 hand the running sum over by tickets (acquire, release) and
+    have no float atomic at all, which is what makes them deterministic. 15 has no prep kernel:
+    a memset step zeroes its tickets and flags, and the main kernel reads out for D itself."""
     v = Project(ROOT).family("attention_backward").version(number)
     hopper = _ptx(nvcc, v.path, "sm_90a", tmp_path)
     assert hopper.count("wgmma.mma_async") == products and "ldmatrix.sync.aligned.m8n8.x4.trans" in hopper
     float_atomics = re.findall(r"(?m)^\s*(?:red|atom)\.[a-z0-9.:]*f32", hopper)  # instructions, not names
-    if number == 14:
+    if number >= 14:
         assert not float_atomics and v.deterministic
         assert "ld.acquire.gpu.global" in hopper and "red.release.gpu.global.add.s32" in hopper
     else:
         assert float_atomics and not v.deterministic
     ampere = _ptx(nvcc, v.path, "sm_80", tmp_path)
-    assert "wgmma" not in ampere and "trap;" in ampere and f"attention_backward{number}_prep" in ampere
+    assert "wgmma" not in ampere and "trap;" in ampere
+    if number == 15:
+        assert "_prep" not in ampere and [s.kind for s in v.steps] == ["memset", "kernel"]
+        assert "out" in v.steps[1].args
+    else:
+        assert f"attention_backward{number}_prep" in ampere
 
 
 def test_ptxas_serialises_the_wgmma_of_attention_forward_13_and_not_14(nvcc):
@@ -134,7 +140,7 @@ def test_ptxas_serialises_the_wgmma_of_attention_forward_13_and_not_14(nvcc):
     assert resources["attention_forward14"].registers <= 102  # two blocks of 320 threads an SM
 
 
-@pytest.mark.parametrize("number", [12, 13, 14])
+@pytest.mark.parametrize("number", [12, 13, 14, 15])
 def test_ptxas_keeps_the_wgmma_backward_asynchronous(nvcc, number):
     """No performance advisory for the wgmma backward either (serialised wgmma: C7515 / C7512),
     and no spills at its one block an SM."""
