@@ -62,6 +62,7 @@ args = ["dq", "ticket", "dqkv", "dout", "qkv", "lse", "D", "T", "NH", "1.4426950
 #include "attention_backward_bf16.cuh"  // dot_rows, store_dk_dv
 #include "bf16.cuh"
 #include "mma.cuh"                       // cp_async_16, smem_addr
+#include "tickets.cuh"                   // ticket_relaxed / ticket_acquire / ticket_release
 #include "wgmma.cuh"                     // sw128_desc, stage_sw128, wgmma_commit / wait
 #include "wgmma_backward.cuh"            // the tile's steps: products, softmax gradients, dS^T, dQ; block_sync_256
 
@@ -75,25 +76,6 @@ extern "C" __global__ void attention_backward14_prep(int* ticket, float* D, cons
     dot_rows(D, nullptr, dout, out, B, T, NH, HS);
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (long long)B * NH * ((T + 127) / 128)) ticket[i] = 0;
-}
-
-// The ticket as the L2 holds it (relaxed, GPU scope: a load that returns whenever its register is
-// first used), and the same with acquire: ordered before every later load of this thread. ptxas
-// makes the acquire a load plus an L1 invalidation that waits for it, a full L2 round trip.
-__device__ __forceinline__ int ticket_relaxed(const int* p) {
-    int v;
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ int ticket_acquire(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// ticket += 1, after (release, GPU scope) every store this thread has seen, the block's through its barrier.
-__device__ __forceinline__ void ticket_release(int* p) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p) : "memory");
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
