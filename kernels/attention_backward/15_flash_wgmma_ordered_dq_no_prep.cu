@@ -50,7 +50,7 @@ args = ["dq", "ticket", "dqkv", "dout", "out", "qkv", "lse", "D", "T", "NH", "1.
 #include "attention_backward_bf16.cuh"  // store_dk_dv
 #include "bf16.cuh"
 #include "mma.cuh"                       // cp_async_16, smem_addr
-#include "tickets.cuh"                   // ticket_relaxed / ticket_acquire / ticket_release
+#include "ordered_dq.cuh"                // tickets, fetch_running_sum, hand_over_dq
 #include "wgmma.cuh"                     // sw128_desc, stage_sw128, wgmma_commit / wait
 #include "wgmma_backward.cuh"            // the tile's steps: products, softmax gradients, dS^T, dQ; block_sync_256
 
@@ -78,12 +78,11 @@ attention_backward15(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
     extern __shared__ float4 smem4[];
     const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
     constexpr uint32_t QT = BQ * 128;                           // a 128-row tile: 16 KB
-    constexpr int SP = 72;                                      // floats a row of the running sum (64 + 8)
     const uint32_t sK = base, sV = sK + BK * 128;               // the block's keys and values
     const uint32_t sQ = sV + BK * 128, sG = sQ + 2 * QT;        // Q and dout tiles, two buffers each
     const uint32_t sdS = sG + 2 * QT;                           // dS^T: [query half][128 keys][64 queries]
     const uint32_t sLD = sdS + 2 * BK * 128;                    // lse[2][128], D[2][128] (fp32)
-    const uint32_t sSum = sLD + 2 * 2 * 128 * 4;                // the tile's running dQ sum: [128 queries][SP]
+    const uint32_t sSum = sLD + 2 * 2 * 128 * 4;                // the tile's running dQ sum: [128 queries][ORDERED_DQ_SP]
     char* const smem = reinterpret_cast<char*>(smem4);
     float* lsD = reinterpret_cast<float*>(smem + (sLD - smem_addr(smem4)));
     const float* sum = reinterpret_cast<const float*>(smem + (sSum - smem_addr(smem4)));
@@ -194,13 +193,7 @@ attention_backward15(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
         // read already shows our turn it is therefore not repeated with acquire (see the header).
         if (i > first) {
             while (seen < i - kb) seen = ticket_acquire(tickets + i);
-#pragma unroll
-            for (int c = 0; c < BQ * HSW / 4 / 256; c++) {
-                const int chunk = threadIdx.x + 256 * c, r = chunk / 16, col = 4 * (chunk % 16);
-                const bool ok = q0 + r < T;
-                cp_async_16(sSum + (r * SP + col) * 4, ok ? dq_head + (size_t)(q0 + r) * C + col : dq, ok);
-            }
-            cp_async_commit();
+            fetch_running_sum(sSum, dq_head, C, T, q0, dq);
         }
         if (threadIdx.x < 32 && i + 1 < tiles) {  // warp 0: D of tile i + 1 (set by key block i + 1) into lsD
             while (up == 0) up = ticket_acquire(ready + i + 1);
@@ -220,28 +213,7 @@ attention_backward15(float* dq, int* ticket, bf16* dqkv, const bf16* dout, const
 
         // Our share plus the sum so far (none on our diagonal tile: we are the first), then either
         // the sum back for key block kb - 1 or, from key block 0 (the last), dQ itself in bf16.
-        const int r0 = 64 * wg + 16 * warp + g;  // tile row of e = 0, 1 (e = 2, 3: + 8)
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            const int ch = 8 * n + 2 * t;
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const int r = r0 + 8 * hr, qr = q0 + r;
-                float x = dqa[n][2 * hr], y = dqa[n][2 * hr + 1];
-                if (i > first) {
-                    const float2 before = *reinterpret_cast<const float2*>(sum + r * SP + ch);
-                    x += before.x;
-                    y += before.y;
-                }
-                if (qr < T) {
-                    if (kb == 0)
-                        *reinterpret_cast<uint32_t*>(dqkv + ((size_t)b * T + qr) * rs + (size_t)h * HSW + ch) =
-                            pack_bf16x2(scale * x, scale * y);
-                    else
-                        __stcg(reinterpret_cast<float2*>(dq_head + (size_t)qr * C + ch), make_float2(x, y));
-                }
-            }
-        }
+        hand_over_dq(dqa, sum, i > first, kb == 0, q0, T, wg, warp, g, t, dqkv, b, h, rs, dq_head, C, scale);
     }
     cp_async_wait<0>();
     __syncthreads();  // every thread's part of the last tile's sum is stored
