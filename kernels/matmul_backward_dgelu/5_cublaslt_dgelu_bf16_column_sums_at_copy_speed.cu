@@ -58,6 +58,7 @@ beta = 1.0
 dtype = "bf16"
 */
 #include "bf16.cuh"  // bf16, Pack8, load8, to_float/to_bf16
+#include "slice_sums.cuh"  // add_slice_sums
 
 // partial[s * C + c] = the sum over the rows of slice s (rows s*rows .. s*rows + rows - 1) of
 // dpre[row, c], in fp32. A block: 256 columns, eight a thread (C % 8 == 0: whole 16-byte packs),
@@ -99,12 +100,7 @@ extern "C" __global__ void dgelu_column_partials5(float* partial, const bf16* dp
     }
 }
 
-// Version 4's: dpre_bias[c] += the slices' sums, added in slice order (the same bits every run),
-// rounded once.
+// dpre_bias[c] += the slices' sums, added in slice order (the same bits every run), rounded once.
 extern "C" __global__ void dgelu_bias_add5(bf16* dpre_bias, const float* partial, int C, int slices) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.f;
-    for (int k = 0; k < slices; ++k) s += partial[(size_t)k * C + c];
-    dpre_bias[c] = to_bf16(to_float(dpre_bias[c]) + s);
+    add_slice_sums(dpre_bias, partial, C, slices);
 }
