@@ -261,8 +261,8 @@ def compare(arg: Arg, expected: np.ndarray, got: np.ndarray, atol: float, rtol: 
 
 def compare_all(args: list[Arg], tolerance, case: Case, outputs: Mapping[str, np.ndarray]) -> list[ArgReport]:
     """Compare each of `args` (outputs, as values) with the case's expected values;
-    `tolerance(arg)` gives (atol, rtol)."""
-    return [compare(arg, case.expected[arg.name], outputs[arg.name], *tolerance(arg)) for arg in args]
+    `tolerance(arg, sizes)` gives (atol, rtol) at the case's sizes."""
+    return [compare(arg, case.expected[arg.name], outputs[arg.name], *tolerance(arg, case.sizes)) for arg in args]
 
 
 def save_case(case: Case, folder) -> None:

@@ -144,7 +144,9 @@ class Precision:
     bytes: str | None = None           # default: every argument's elements at their width
     torch: str | None = None
     extra: tuple[Arg, ...] = ()
-    own: dict[str, tuple[float, float]] = field(default_factory=dict)  # output -> its (atol, rtol) here
+    # output -> its (atol, rtol) here; atol may be a size expression ("3.3e-4 * sqrt(N)"): the error of a
+    # sum of N rounded terms grows with N (Family.tolerance evaluates it at a case's sizes)
+    own: dict[str, tuple[float | str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -236,9 +238,10 @@ class Version:
         return [p for p in (*self.family.preconditions, *self.preconditions)
                 if not expr.evaluate(p, env)]
 
-    def tolerance(self, arg: Arg) -> tuple[float, float]:
-        """The argument's own tolerance, else this version's, else the family's at its precision."""
-        atol, rtol = self.family.tolerance(arg, self.precision)
+    def tolerance(self, arg: Arg, sizes: Mapping[str, int] | None = None) -> tuple[float, float]:
+        """The argument's own tolerance, else this version's, else the family's at its precision
+        (at `sizes` where it depends on them: see Family.tolerance)."""
+        atol, rtol = self.family.tolerance(arg, self.precision, sizes)
         if arg.atol is None and self.atol is not None:
             atol = self.atol
         if arg.rtol is None and self.rtol is not None:
@@ -356,12 +359,17 @@ class Family:
         return [dataclasses.replace(a, dtype=p.args[a.name]) if a.name in p.args else a
                 for a in self.args] + list(p.extra)
 
-    def tolerance(self, arg: Arg, precision: str = "fp32") -> tuple[float, float]:
+    def tolerance(self, arg: Arg, precision: str = "fp32",
+                  sizes: Mapping[str, int] | None = None) -> tuple[float, float]:
         """An output that changed type at this precision: the precision's tolerance (an extra
-        argument's own, if it gives one); any other: its own, else the family's."""
+        argument's own, if it gives one); any other: its own, else the family's. An own atol written
+        as a size expression is evaluated at `sizes` (default: the family's default sizes)."""
         p = self.precisions.get(precision)
         if p is not None and arg.name in p.own:
-            return p.own[arg.name]
+            atol, rtol = p.own[arg.name]
+            if isinstance(atol, str):
+                atol = float(expr.evaluate(atol, self.env(sizes if sizes is not None else self.default_sizes)))
+            return atol, rtol
         if p is not None and arg in p.extra:
             return (arg.atol if arg.atol is not None else p.atol, arg.rtol if arg.rtol is not None else p.rtol)
         if p is not None and arg.name in p.args:  # the arg's own fp32 tolerance does not carry over
@@ -565,7 +573,8 @@ def _add_precision(fam: Family, pname: str, spec: Any, known: set[str], w: str) 
             raise ContractError(f"{w}: only float arguments change type; {n} is {arg.dtype}, asked {dt}")
     ptol = _want(spec, "tolerance", dict, w)
     # An output whose error at this precision grows with a size (a sum of N rounded terms) may be
-    # given its own: tolerance = { atol = .., rtol = .., NAME = { atol = .., rtol = .. } }.
+    # given its own: tolerance = { atol = .., rtol = .., NAME = { atol = .., rtol = .. } }, its atol
+    # a number or a size expression (a random walk of N roundings: "3.3e-4 * sqrt(N)").
     own = {}
     for name in set(ptol) - {"atol", "rtol"}:
         t, tw = ptol[name], f"{w} tolerance.{name}"
@@ -573,7 +582,14 @@ def _add_precision(fam: Family, pname: str, spec: Any, known: set[str], w: str) 
             raise ContractError(f"{tw}: only an output this precision changes may have its own tolerance "
                                 f"(a table {{ atol = .., rtol = .. }})")
         _no_extra(t, {"atol", "rtol"}, tw)
-        own[name] = (float(_want(t, "atol", (int, float), tw)), float(_want(t, "rtol", (int, float), tw)))
+        atol = _want(t, "atol", (int, float, str), tw)
+        if isinstance(atol, str):
+            unknown = expr.names(atol) - known
+            if unknown:
+                raise ContractError(f"{tw}: atol {atol!r} uses unknown name(s) {', '.join(sorted(unknown))}")
+        else:
+            atol = float(atol)
+        own[name] = (atol, float(_want(t, "rtol", (int, float), tw)))
     fam.precisions[pname] = Precision(
         pname, changed, atol=float(_want(ptol, "atol", (int, float), w)), rtol=float(_want(ptol, "rtol", (int, float), w)),
         bytes=None if "bytes" not in spec else str(spec["bytes"]), torch=_want(spec, "torch", str, w, None),

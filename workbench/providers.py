@@ -171,7 +171,8 @@ class Provider:
     def checked(self, arg: Arg) -> bool:
         return arg.is_output
 
-    def tolerance(self, arg: Arg) -> tuple[float, float]:
+    def tolerance(self, arg: Arg, sizes: dict | None = None) -> tuple[float, float]:
+        """(atol, rtol) for an output at a case's sizes (some grow with a size)."""
         raise NotImplementedError
 
     def scratch(self, sizes: dict, config) -> dict[str, tuple[int, str]]:
@@ -214,8 +215,8 @@ class VersionProvider(Provider):
     def unmet(self, sizes):
         return self.v.unmet(sizes)
 
-    def tolerance(self, arg):
-        return self.v.tolerance(arg)
+    def tolerance(self, arg, sizes=None):
+        return self.v.tolerance(arg, sizes)
 
     def scratch(self, sizes, config):
         from .launch import scratch_sizes
@@ -256,8 +257,8 @@ class TorchProvider(Provider):
     def checked(self, arg):
         return arg.name in self.family.torch_outputs
 
-    def tolerance(self, arg):
-        return self.family.tolerance(arg, self.precision)
+    def tolerance(self, arg, sizes=None):
+        return self.family.tolerance(arg, self.precision, sizes)
 
     def prepare(self, bufs, config):
         import pycuda.driver as drv
@@ -343,7 +344,7 @@ class CopyProvider(Provider):
     def args(self):
         return self._args
 
-    def tolerance(self, arg):
+    def tolerance(self, arg, sizes=None):
         return 0.0, 0.0
 
     def case(self) -> tuple[Case, dict]:
@@ -441,7 +442,8 @@ class Checker:
             if arg.is_output and self.p.checked(arg):
                 n = int(np.prod(bufs.shapes[arg.name]))
                 reports.append(self.comparer(arg, bufs.buffers[arg.name].ptr,
-                                             bufs.buffers[f"expected {arg.name}"].ptr, n, *self.p.tolerance(arg)))
+                                             bufs.buffers[f"expected {arg.name}"].ptr, n,
+                                             *self.p.tolerance(arg, bufs.sizes)))
         ok = all(r.ok for r in reports)
         if not ok:  # download for the details: the first mismatches in the op's coordinates
             outputs = bufs.outputs()

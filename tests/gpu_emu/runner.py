@@ -290,7 +290,7 @@ def emulate(version: Version, sizes: dict, seed: int = 0, block_size=None, mode:
             got = from_storage(raw, a.dtype)
             if outputs is not None:
                 outputs[a.name] = got
-            reports.append(compare(a, case.expected[a.name], got, *version.tolerance(a)))
+            reports.append(compare(a, case.expected[a.name], got, *version.tolerance(a, case.sizes)))
         return reports
 
 
