@@ -1,36 +1,41 @@
 /*
-title = "bf16 wgmma flash attention, unserialised: P V waited for at once, so ptxas keeps the warpgroup MMA asynchronous"
-builds_on = 13
+title = "bf16 wgmma flash attention: one warpgroup a block, 128 keys a tile, three blocks an SM"
+builds_on = 14
 precision = "bf16"
 changed = """
-One line of version 13 moves, and what ptxas builds changes with it:
-* Version 13 committed a tile's P V and waited for it only with the next tile's S, so the
-  product would run on behind the loop's bookkeeping. ptxas saw a path (the loop never entered:
-  o still its zeros) that merged with o from a P V in flight, and serialised every wgmma of the
-  kernel to be safe: "(C7515) Potential Performance Loss: wgmma.mma_async instructions are
-  serialized" (`workbench run` shows that line among the compiler's warnings).
-* Here each P V is waited for right after its commit. The warpgroup no longer overlaps its own
-  P V with its next copies' wait, but ptxas lets S's four wgmma and P V's four run as the
-  asynchronous pipelines they are. The other three warpgroups of the SM cover the wait.
-* A tile is still released (the "empty" mbarrier) after the next tile's S is waited for, as in
-  version 13: releasing it right after its own P V measured slower (notes).
+Version 14's block is two warpgroups of 64 query rows sharing 64-key tiles and two producer warps,
+two blocks an SM (four warpgroups), 96 registers a thread. Here a block is one warpgroup of 64
+rows that fetches its own tiles, and a tile is 128 keys:
+* S for a tile is two 64-key halves (eight wgmma, one commit, one wait), and the row maximum is
+  taken over all 128 keys at once: half the waits and rescale decisions a key.
+* P V is eight wgmma from registers; the first half's four start while the second half's P is
+  computed.
+* No producer warps and no mbarriers: the warpgroup fetches tile j + 1 (cp.async, 128 threads,
+  version 13's copy) right after the block barrier that opens tile j, into the other of two
+  32 KB buffers; that barrier also says every warp is done with the buffer being refilled.
+* 73 KB a block, three blocks an SM: three warpgroups, each with up to 168 registers (162 used)
+  to hold S for 128 keys beside O. (A producer warp costs this: five warps a block put four on
+  some scheduler, whose 16K registers then allow 128 a thread, and S and O spilled.)
+* A query tile's keys end at its diagonal: where that leaves one half of the last tile (the
+  block's first row a multiple of 128), only that half is multiplied and softmaxed.
+* Blocks run heads fastest, the longest query tiles (the most keys) first, as in version 14.
 """
 why = """
-ptxas's advisory is the compiler saying the code it emits is not the code written: wgmma issued
-one at a time, each waiting for the last. Reading it is worth more than any tuning: the same
-kernel with the wait moved is 4% faster. Measured (H200, B = 16, T = 1024, NH = 12, HS = 64, the
-trainer's shape; cuDNN = version 9 in the same calls, three calls): 91.5-92.6 us against cuDNN's
-87.0-87.5, 1.05x-1.06x (version 13: 96.4-97.3 us, 1.11x). 96 registers, two blocks an SM.
-Only HS = 64, and only on a Hopper (refused elsewhere, where the build is a stub that traps).
+cuDNN's forward kernel at the trainer's shape is named ..._64x128x64_4x1x1: a 64-row query tile,
+128-key tiles, the 64-wide head, one warpgroup a block. On the H100 version 14 took 96.2-96.8 us
+against cuDNN's 88.4-88.8 (1.09x; Nsight Compute: SM throughput 49%, issue slots 48%: latency-
+bound, not DRAM-bound: launching a head's query tiles together raised its L2 hit rate from 34% to
+62% and made it slower, 102-103 us). Fewer, longer rounds per key give each warpgroup more tensor
+work per wait.
 """
 preconditions = ["HS == 64"]
 arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
 
 [[launch]]
-kernel = "attention_forward14"
-grid = ["B * NH", "cdiv(T, 128)"]
-block = 320
-shared = "1024 + 128 * 128 + 4 * 2 * 64 * 128 + 128"
+kernel = "attention_forward15"
+grid = ["B * NH", "cdiv(T, 64)"]
+block = 128
+shared = "1024 + 64 * 128 + 2 * 2 * 128 * 128"
 args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 */
 // ---- begin attention_fwd_mma.cuh ----
@@ -605,7 +610,7 @@ __device__ __forceinline__ void store_rows(bf16* out, float* lse, const float (&
 
 #endif  // KERNELS_COMMON_ATTENTION_FWD_MMA_CUH
 
-// ---- end attention_fwd_mma.cuh ----  // mask_causal, softmax_tile, rescale, store_rows (version 11's)
+// ---- end attention_fwd_mma.cuh ----  // mask_causal, rescale, store_rows (version 11's)
 // (already included: bf16.cuh)
 // ---- begin producers.cuh ----
 // producers.cuh: the producer warps of attention_forward 13 and 14: the shared-memory barriers
@@ -674,8 +679,9 @@ __device__ __forceinline__ void produce_tile(uint32_t dst, const bf16* src, size
 
 #endif  // KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
 
-// ---- end producers.cuh ----          // mbar_init, mbar_arrive, mbar_arrive_on_copies, mbar_wait, produce_tile
+// ---- end producers.cuh ----          // produce_tile (version 13's copy, here by all 128 threads)
 // (already included: mma.cuh)                // cp_async_16, smem_addr
+// (already included: reduce.cuh)             // warp_max
 // ---- begin wgmma.cuh ----
 // wgmma.cuh: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) for 64 x 64 x 16 bf16 products
 // with fp32 accumulators, the shared-memory layout it reads (rows of 128 bytes, 128-byte swizzle)
@@ -801,101 +807,154 @@ __device__ __forceinline__ void wgmma_rs_bt(float (&d)[8][4], const uint32_t (&a
 
 // ---- end wgmma.cuh ----
 
-#define BR 128     // query rows a block: two warpgroups of 64
-#define BC 64      // keys a tile
+#define BR 64      // query rows a block: one warpgroup
+#define BC 128     // keys a tile: two halves of 64
 #define HSW 64     // the head size this version is written for
-#define STAGES 4   // K/V buffers in the ring
-#define CONSUMERS 256
-#define PRODUCERS 64  // the producer warps' threads (a multiple of 64)
+#define STAGES 2   // K/V buffers: tile j + 1 is fetched while tile j is computed
+#define THREADS 128   // one warpgroup, which fetches its own tiles
+#ifndef HEAD_GROUP
+#define HEAD_GROUP 24  // heads whose query tiles run together (see the block's remap)
+#endif
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
 
-extern "C" __global__ void __launch_bounds__(CONSUMERS + PRODUCERS, 2)
-attention_forward14(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sl) {
+// The online softmax of a tile, in two steps so that P V can start on the first half while the
+// second is exponentiated. s holds the scores (H halves of 64 keys, wgmma's accumulator layout:
+// rows g and g + 8 of the warp's 16, four columns of each 8 a lane... as version 11's helpers).
+//
+// tile_max: the rows' maximum over all H halves, scaled by sl; the reference point m moves only
+// when that passes it by more than `slack` (version 14's rule, there per 64 keys); alpha =
+// exp2(m_old - m_new); returns whether any row of this thread moved (then O needs rescaling).
+template <int H>
+__device__ __forceinline__ bool tile_max(const float (&s)[H][1][8][4], float (&m)[2], float (&alpha)[2], float sl,
+                                         float slack) {
+    bool grew = false;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float a = fmaxf(s[0][0][0][2 * r], s[0][0][0][2 * r + 1]), b = fmaxf(s[0][0][1][2 * r], s[0][0][1][2 * r + 1]);
+#pragma unroll
+        for (int h = 0; h < H; h++)
+#pragma unroll
+            for (int n = (h == 0 ? 2 : 0); n < 8; n += 2) {  // two chains of maxima
+                a = fmaxf(a, fmaxf(s[h][0][n][2 * r], s[h][0][n][2 * r + 1]));
+                b = fmaxf(b, fmaxf(s[h][0][n + 1][2 * r], s[h][0][n + 1][2 * r + 1]));
+            }
+        const float mx = warp_max<4>(fmaxf(a, b)) * sl;
+        const bool up = mx > m[r] + slack;  // always on a row's first tile (m = -inf), which holds key 0
+        const float mn = up ? mx : m[r];
+        alpha[r] = exp2f(m[r] - mn);
+        m[r] = mn;
+        grew |= up;
+    }
+    return grew;
+}
+
+// half_p: one half's P = exp2(s sl - m), its rows' sums added to sum, packed to bf16 for P V.
+__device__ __forceinline__ void half_p(float (&s)[1][8][4], uint32_t (&p)[4][4], const float (&m)[2],
+                                       float (&sum)[2], float sl) {
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[0][n][2 * r] = exp2f(fmaf(s[0][n][2 * r], sl, -m[r]));
+            s[0][n][2 * r + 1] = exp2f(fmaf(s[0][n][2 * r + 1], sl, -m[r]));
+            sum[r] += s[0][n][2 * r] + s[0][n][2 * r + 1];
+        }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        p[kk][0] = pack_bf16x2(s[0][2 * kk][0], s[0][2 * kk][1]);
+        p[kk][1] = pack_bf16x2(s[0][2 * kk][2], s[0][2 * kk][3]);
+        p[kk][2] = pack_bf16x2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        p[kk][3] = pack_bf16x2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+    }
+}
+
+// One tile of H halves (H = 2: 128 keys; H = 1: the lone half at a query tile's diagonal): S's
+// wgmma for every half, one wait, the mask on the diagonal half, the maximum, then for each half
+// its P and its P V's wgmma (the first half's product runs while the second's P is computed),
+// one wait. dk, dv: descriptors of the tile's first K and V half (the second is 8 KB on: +512).
+template <int H>
+__device__ __forceinline__ void attend(float (&o)[1][8][4], float (&m)[1][2], float (&l)[1][2], uint64_t dq,
+                                       uint64_t dk, uint64_t dv, int key0, int row0, bool diagonal, float sl) {
+    float sc[H][1][8][4], alpha[1][2], sum[2] = {0.0f, 0.0f};
+    uint32_t p[H][4][4];
+    wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < H; h++)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_ss(sc[h][0], dq + 2 * kk, dk + 512 * h + 2 * kk, kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    if (diagonal) mask_causal<1>(sc[H - 1], key0 + 64 * (H - 1), row0);  // the last half: keys past a row masked
+    if (tile_max<H>(sc, m[0], alpha[0], sl, RESCALE_SLACK)) rescale<1, 8>(o, alpha);
+#pragma unroll
+    for (int h = 0; h < H; h++) {
+        half_p(sc[h], p[h], m[0], sum, sl);
+        wgmma_fence();  // this half's P (and O, rescaled) written before the tensor cores read them
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(o[0], p[h][kk], dv + 512 * h + 128 * kk);  // +2048 bytes: 16 keys
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int r = 0; r < 2; r++) l[0][r] = fmaf(l[0][r], alpha[0][r], sum[r]);
+    wgmma_wait<0>();  // at once, as in version 14
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 3)
+attention_forward15(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
     const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
-    constexpr uint32_t TILE = BC * 128;                         // one K or V tile: 8 KB
+    constexpr uint32_t TILE = BC * 128;                         // one K or V tile: 16 KB (two halves of 8)
     const uint32_t sQ = base, sKV = base + BR * 128;            // buffer s: K at sKV + 2 s TILE, V after it
-    const uint32_t bars = sKV + STAGES * 2 * TILE;              // full[STAGES], empty[STAGES], q_full
-    auto full = [&](int s) { return bars + 8 * s; };
-    auto empty = [&](int s) { return bars + 8 * (STAGES + s); };
-    const uint32_t q_full = bars + 8 * 2 * STAGES;
 
-    const int q0 = (gridDim.y - 1 - blockIdx.y) * BR;  // the longest query tiles first
-    const int b = blockIdx.x / NH, h = blockIdx.x % NH;
+    // Blocks start in the order of their linear index. It is remapped so that HEAD_GROUP heads run
+    // their query tiles together, the longest first across the group: the blocks in flight then
+    // read the K and V of a few dozen heads, not every head's (48 MB at the trainer's shape).
+    const int heads = gridDim.x, qtiles = gridDim.y;
+    const int L = blockIdx.y * heads + blockIdx.x;
+    const int g0 = L / (HEAD_GROUP * qtiles) * HEAD_GROUP;   // the group's first head
+    const int gn = min(HEAD_GROUP, heads - g0);               // its heads (the last group may be short)
+    const int r = L - g0 * qtiles;                            // the block's place in its group
+    const int bh = g0 + r % gn;
+    const int q0 = (qtiles - 1 - r / gn) * BR;                // the longest query tiles first
+    const int b = bh / NH, h = bh % NH;
     const int C = NH * HSW;
     const size_t rs = 3 * (size_t)C;
     const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
-    const int tiles = (min(q0 + BR, T) - 1) / BC + 1;  // the block's key tiles, up to its last valid row
-    const int live = q0 + 64 < T ? 2 : 1;             // warpgroups with a row below T
+    const int halves = q0 / 64 + 1;         // 64-key halves up to the diagonal (q0 < T: every block has rows)
+    const int tiles = (halves + 1) / 2;     // 128-key tiles; the last holds one half when `halves` is odd
+    const int keys = min(T, 64 * halves);   // no key past the diagonal's half is read
+    auto fetch = [&](int i) {               // tile i's K and V into buffer i % STAGES: one cp.async group
+        const uint32_t sK = sKV + 2 * (i % STAGES) * TILE;
+        const bf16* k_src = q_base + (size_t)i * BC * rs + C;
+        produce_tile<BC, THREADS, 0>(sK, k_src, rs, keys - i * BC, qkv);
+        produce_tile<BC, THREADS, 0>(sK + TILE, k_src + C, rs, keys - i * BC, qkv);
+        cp_async_commit();
+    };
+    produce_tile<BR, THREADS, 0>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
+    fetch(0);  // Q joins tile 0's group
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(full(s), PRODUCERS);  // each producer lane, once its copies of the tile have landed
-            mbar_init(empty(s), 4 * live);  // each consumer warp once its products are done
-        }
-        mbar_init(q_full, PRODUCERS);
-    }
-    __syncthreads();  // the only block-wide barrier: the mbarriers exist
-
-    if (threadIdx.x >= CONSUMERS) {  // ---- the two producer warps ----
-        // Each lane's copies of a tile are tied to the tile's full barrier: the barrier counts the
-        // lane's arrival once they have landed (cp.async.mbarrier.arrive.noinc), so a producer
-        // never waits for its own copies, only for free buffers: up to STAGES tiles in flight.
-        produce_tile<BR, PRODUCERS, CONSUMERS>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
-        mbar_arrive_on_copies(q_full);
-        for (int i = 0; i < tiles; i++) {
-            const int s = i % STAGES;
-            if (i >= STAGES) mbar_wait(empty(s), (i / STAGES - 1) & 1);  // tile i - STAGES released
-            const bf16* k_src = q_base + (size_t)i * BC * rs + C;
-            produce_tile<BC, PRODUCERS, CONSUMERS>(sKV + 2 * s * TILE, k_src, rs, T - i * BC, qkv);
-            produce_tile<BC, PRODUCERS, CONSUMERS>(sKV + 2 * s * TILE + TILE, k_src + C, rs, T - i * BC, qkv);
-            mbar_arrive_on_copies(full(s));
-        }
-        cp_async_wait<0>();  // nothing in flight when the warps exit
-        return;
-    }
-
-    // ---- the two consumer warpgroups ----
-    const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
-    const int qw = q0 + 64 * wg;        // this warpgroup's first row
-    const int row0 = qw + 16 * warp;    // this warp's first row
-    const int mine = qw < T ? qw / BC + 1 : 0;  // key tiles up to its diagonal (the only one masked)
-
+    const int warp = threadIdx.x / 32;
+    const int row0 = q0 + 16 * warp;  // this warp's first row
     float o[1][8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
 #pragma unroll
     for (int n = 0; n < 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
-    const uint64_t dq = sw128_desc(sQ + 64 * 128 * wg, 1024);
-    if (mine > 0) mbar_wait(q_full, 0);
+    const uint64_t dq = sw128_desc(sQ, 1024);
 
-    for (int j = 0; j < mine; j++) {
-        const int s = j % STAGES;
-        const uint32_t sK = sKV + 2 * s * TILE, sV = sK + TILE;
-        mbar_wait(full(s), (j / STAGES) & 1);
+    for (int j = 0; j < tiles; j++) {
+        cp_async_wait<0>();  // this thread's copies of tile j (the only group in flight) have landed
+        __syncthreads();     // everyone's have; and everyone is done with tile j - 1, whose buffer...
+        if (j + 1 < tiles) fetch(j + 1);  // ...takes tile j + 1 while tile j is computed
         fence_proxy_async();  // the landed copies (ordinary writes), ordered before the tensor cores' reads
-        float sc[1][8][4], alpha[1][2];
-        uint32_t p[1][4][4];
-        const uint64_t dk = sw128_desc(sK, 1024);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_ss(sc[0], dq + 2 * kk, dk + 2 * kk, kk > 0);  // +32 bytes a step
-        wgmma_commit();
-        wgmma_wait<0>();  // S (this warpgroup's P V of the last tile is done already)
-        if (j > 0 && lane == 0) mbar_arrive(empty((j - 1) % STAGES));  // tile j - 1: this warp is done
-        if (j == mine - 1) mask_causal<1>(sc, j * BC, row0);
-        if (softmax_tile<1>(sc, p, m, l, alpha, sl, RESCALE_SLACK)) rescale<1, 8>(o, alpha);
-        const uint64_t dv = sw128_desc(sV, 1024);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_rs_bt(o[0], p[0][kk], dv + 128 * kk);  // +2048 bytes: 16 keys
-        wgmma_commit();
-        wgmma_wait<0>();  // at once: a P V still in flight past here made ptxas serialise every wgmma
+        const uint32_t sK = sKV + 2 * (j % STAGES) * TILE;
+        const uint64_t dk = sw128_desc(sK, 1024), dv = sw128_desc(sK + TILE, 1024);
+        if (2 * j + 1 < halves)
+            attend<2>(o, m, l, dq, dk, dv, j * BC, row0, j == tiles - 1, sl);
+        else
+            attend<1>(o, m, l, dq, dk, dv, j * BC, row0, true, sl);
     }
-    // A warpgroup never releases its last tile (nor WG 0 the block's last, past its diagonal): the
-    // producers wait only for tiles up to tiles - 1 - STAGES, which every live warpgroup releases
-    // in its loop (it releases tile j - 1 at tile j, up to mine - 2 >= tiles - 3).
     store_rows<1, true>(out, lse, o, m, l, row0, b, h, T, NH, HSW);
 #else
     __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
