@@ -101,6 +101,23 @@ def test_the_wgmma_attention_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path,
     assert "wgmma" not in ampere and "trap;" in ampere
 
 
+def test_attention_forward_15_is_one_warpgroup_with_three_blocks_an_sm(nvcc, tmp_path):
+    """Version 15: one warpgroup a block fetching its own tiles: no mbarrier, no producer warps,
+    one block barrier a tile; S is two 64-key halves and P V eight steps (a 128-key tile: 16
+    wgmma) or one half at a query tile's diagonal (8). Three blocks of 128 threads an SM allow
+    168 registers: no spills and no advisory, or S and O would not stay in registers."""
+    from workbench.compile import compile_only
+    v = Project(ROOT).family("attention_forward").version(15)
+    hopper = _ptx(nvcc, v.path, "sm_90a", tmp_path)
+    assert hopper.count("wgmma.mma_async") == 24 and "mbarrier" not in hopper
+    assert "cp.async.cg.shared.global" in hopper and hopper.count("bar.sync") == 1
+    resources, said = compile_only(v.path, "sm_90a")
+    main = resources["attention_forward15"]
+    assert "Potential Performance Loss" not in said, said
+    assert main.registers <= 168 and main.spill_stores == 0 and main.spill_loads == 0
+    assert _ptx(nvcc, v.path, "sm_80", tmp_path).count("trap;") >= 1
+
+
 @pytest.mark.parametrize("number, products", [(12, 20), (13, 40), (14, 40), (15, 40)])
 def test_the_wgmma_attention_backward_is_hopper_code_and_a_trap_elsewhere(nvcc, tmp_path, number, products):
     """attention_backward 12-15 run every product on wgmma: S^T, dP^T, dV, dK and dQ, four
