@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+set -u
+export WORKBENCH_COMMIT=$(cat scratch/commit)-dirty
+o=$OUT/c4; mkdir -p $o
+W="python3 -m workbench"; export COLUMNS=150
+timeout 200 $W run attention_forward 15 --no-torch > $o/run15.txt 2>&1
+grep -h "check \|^best\|regs" $o/run15.txt
+A="--no-test-sizes --sizes B=16,T=1024,NH=12,HS=64 --no-torch"
+if grep -q "check   passed" $o/run15.txt; then
+  for v in 9 14 15 9 14 15; do timeout 100 $W run attention_forward $v $A > $o/fwd-$v-$SECONDS.txt 2>&1; grep -h "^best" $o/fwd-$v-*.txt | tail -1 | sed "s/^/v$v /"; done
+  timeout 150 $W profile attention_forward 9 15 --sizes B=16,T=1024,NH=12,HS=64 > $o/prof.txt 2>&1
+  grep -i "occupancy\|duration\|warps\|throughput\|hit rate\|stall\|registers" $o/prof.txt | head -24
+  timeout 200 $W sanitize attention_forward 15 > $o/san15.txt 2>&1; tail -3 $o/san15.txt
+fi
+cd $OUT && tar czf c4.tgz c4 && rm -rf c4
