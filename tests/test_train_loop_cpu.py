@@ -1,7 +1,13 @@
 """The trainer's loop (train/trainer.py) on the CPU: PyCUDA's driver, the kernel backend and the
 graphs are replaced by host stand-ins that run the program through the NumPy references
 (ReferenceBackend, float64), so the loop's bookkeeping is checked without a GPU: micro-steps,
-data windows, learning rates, checkpoints, --keep, and a resume that continues the run exactly."""
+data windows, learning rates, checkpoints, --keep, and a resume that continues the run exactly.
+The stand-in stream is asynchronous as a GPU's is: what is enqueued on it (copies, which read or
+write the pinned host buffers when they run, and the program's calls) runs only when the host
+waits for an event or the stream, or makes a synchronous copy, and each test runs twice: with a
+wait for an event running only the work before it, and running everything queued (Queue); so a
+host buffer rewritten while a copy from it is pending, or a result read after later work has
+overwritten it, shows in the losses and inputs."""
 
 from __future__ import annotations
 
@@ -18,8 +24,30 @@ from train.distributed import Launch, Local
 from train.options import TrainOptions, prepare
 
 
+class Queue:
+    """The stand-in stream's pending work, in order (the trainer uses one stream). `eager`: a
+    wait for an event runs everything pending, as a GPU that got through the work queued behind
+    the event before the host looked (a result read too late shows); else only up to the event
+    (a host buffer rewritten before a copy from it ran shows)."""
+
+    pending: list = []
+    eager = False
+
+    @classmethod
+    def run(cls, upto=None) -> None:
+        """Run the pending work in order, up to the marker `upto` (all of it when None)."""
+        while cls.pending:
+            item = cls.pending.pop(0)
+            if item is upto:
+                return
+            if callable(item):
+                item()
+        assert upto is None, "waited for an event that was never recorded"
+
+
 class HostKernels(backends.ReferenceBackend):
-    """KernelBackend's interface on host arrays: device addresses are offsets into a map."""
+    """KernelBackend's interface on host arrays: device addresses are offsets into a map. Calls
+    given a stream are queued on it (Queue); `execute` is where they run."""
 
     live = None
 
@@ -42,15 +70,23 @@ class HostKernels(backends.ReferenceBackend):
         raise AssertionError(f"no buffer at {address:#x}")
 
     def run(self, calls, stream=None) -> None:
+        if stream is None:
+            self.execute(calls)
+        else:
+            Queue.pending.append(lambda: self.execute(calls))
+
+    def execute(self, calls) -> None:
         super().run(calls)
         for name, dtype in self.dtypes.items():  # device buffers hold fp32: a checkpoint holds them exactly
             if dtype == "f32":
                 self.host[name][:] = self.host[name].astype(np.float32)
 
-    def upload(self, name, host, offset=0) -> None:
+    def upload(self, name, host, offset=0) -> None:  # synchronous: after what the stream holds
+        Queue.run()
         self.host[name][offset:offset + host.size] = host
 
     def download(self, name, dtype=np.float32, elems=None, offset=0):
+        Queue.run()
         n = self.host[name].size if elems is None else elems
         return self.host[name][offset:offset + n].astype(dtype)
 
@@ -92,22 +128,41 @@ class Promoted:
         return {"family": family, "version": 2, "title": "a host stand-in"}
 
 
-@pytest.fixture
-def host_gpu(monkeypatch):
+@pytest.fixture(params=["lazy", "eager"])
+def host_gpu(monkeypatch, request):
     class Stream:
         handle = 1
 
         def synchronize(self):
-            pass
+            Queue.run()
 
-    def htod(address, host, stream=None):
-        HostKernels.live.at(address, host.size)[:] = host
+    def htod(address, host, stream=None):  # reads the pinned host buffer when it runs, as a DMA does
+        Queue.pending.append(lambda: HostKernels.live.at(address, host.size).__setitem__(slice(None), host))
 
     def dtoh(host, address, stream=None):
-        host[...] = HostKernels.live.at(address, host.size).reshape(host.shape)
+        def copy():
+            host[...] = HostKernels.live.at(address, host.size).reshape(host.shape)
+        Queue.pending.append(copy)
+
+    class Event:
+        def __init__(self, flags=0):
+            self.marker = None
+
+        def record(self, stream=None):
+            self.marker = object()
+            Queue.pending.append(self.marker)
+
+        def synchronize(self):
+            if self.marker in Queue.pending:
+                Queue.run(None if Queue.eager else self.marker)
+
+        def query(self):
+            self.synchronize()
+            return True
 
     device = types.SimpleNamespace(name=lambda: "host")
-    drv = types.SimpleNamespace(Stream=Stream, pagelocked_empty=lambda shape, dtype: np.zeros(shape, dtype),
+    drv = types.SimpleNamespace(Stream=Stream, Event=Event, event_flags=types.SimpleNamespace(DISABLE_TIMING=2),
+                                pagelocked_empty=lambda shape, dtype: np.zeros(shape, dtype),
                                 memcpy_htod_async=htod, memcpy_dtoh_async=dtoh, mem_get_info=lambda: (0, 0),
                                 Context=types.SimpleNamespace(get_device=lambda: device))
     pycuda = types.ModuleType("pycuda")
@@ -118,6 +173,9 @@ def host_gpu(monkeypatch):
     monkeypatch.setattr(backends, "Graph", Graph)
     monkeypatch.setattr(backends, "PromotedSet", Promoted)
     monkeypatch.setattr(trainer, "matmul_peak", lambda kind: 1.0)
+    Queue.pending, Queue.eager = [], request.param == "eager"
+    yield
+    assert not Queue.pending or all(not callable(x) for x in Queue.pending), "work left on the stream at the end"
 
 
 @pytest.fixture
@@ -182,6 +240,30 @@ def test_a_resumed_run_continues_the_run_exactly(host_gpu, data, tmp_path):
     assert state.m.size == state.num_params and np.abs(state.v).sum() > 0
 
 
+def test_the_loop_launches_a_step_behind_the_running_one_except_where_the_gpu_must_stop(host_gpu, data, tmp_path,
+                                                                                        monkeypatch):
+    """Step s + 1 is launched before step s is waited for, except after the first step (the
+    graphs are captured), before validation (every 3 steps here) and the end, and after a step
+    that is checkpointed (every 5); the run computes what it computes with no step run ahead."""
+    events = []
+    launch, collect = trainer.Trainer.launch, trainer.Trainer.collect
+    monkeypatch.setattr(trainer.Trainer, "launch", lambda t, b, step, lr: (events.append(f"L{step}"), launch(t, b, step, lr))[1])
+    monkeypatch.setattr(trainer.Trainer, "collect", lambda t, step: (events.append(f"C{step}"), collect(t, step))[1])
+    flags = dict(**data, batch=2, steps=8, lr_schedule="cosine", checkpoint_every=5)
+    ahead = run(tmp_path, "ahead", **flags, checkpoint_dir=str(tmp_path / "ck1"), save=str(tmp_path / "ahead.bin"))
+    assert events == "L0 C0 L1 L2 C1 C2 L3 L4 C3 C4 L5 C5 L6 L7 C6 C7".split()
+    monkeypatch.setattr(trainer.TrainLoop, "run_ahead", lambda self, step, stopping: False)
+    events.clear()
+    behind = run(tmp_path, "behind", **flags, checkpoint_dir=str(tmp_path / "ck2"), save=str(tmp_path / "behind.bin"))
+    assert events == [f"{k}{s}" for s in range(8) for k in "LC"]
+    assert ahead["losses"] == behind["losses"] and ahead["val_losses"] == behind["val_losses"]
+    assert ahead["lrs"] == behind["lrs"] and len(set(ahead["lrs"])) > 4
+    for path in ("ahead.bin", "behind.bin", "ck1/model_00000005.bin", "ck2/model_00000005.bin"):
+        assert (tmp_path / path).exists()
+    assert (tmp_path / "ahead.bin").read_bytes() == (tmp_path / "behind.bin").read_bytes()
+    assert (tmp_path / "ck1/model_00000005.bin").read_bytes() == (tmp_path / "ck2/model_00000005.bin").read_bytes()
+
+
 def test_zero_1_on_one_process_trains_as_without(host_gpu, data, tmp_path):
     a = run(tmp_path, "a", **data, batch=2, steps=3)
     b = run(tmp_path, "b", **data, batch=2, steps=3, zero=1)
@@ -212,25 +294,27 @@ def test_recompute_trains_identically_reports_less_memory_and_may_change_on_resu
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_model_saved(host_gpu, data, tmp_path, monkeypatch,
                                                                              signum):
-    """Ctrl-C, or SIGTERM (a scheduler's stop; what mpirun sends every rank when it is interrupted)."""
+    """Ctrl-C, or SIGTERM (a scheduler's stop; what mpirun sends every rank when it is interrupted),
+    while the second step runs: the third was launched behind it (the loop runs one step ahead), so
+    the run stops after the third, checkpointed and saved there."""
     import signal
     steps_seen = []
-    original = HostKernels.run
+    original = HostKernels.execute
 
-    def run_and_interrupt(self, calls, stream=None):
-        original(self, calls, stream)
+    def run_and_interrupt(self, calls):
+        original(self, calls)
         if self.program.update and calls and calls[-1] is self.program.update[-1]:
             steps_seen.append(1)
             if len(steps_seen) == 2:
                 signal.raise_signal(getattr(signal, signum))  # during the second step
-    monkeypatch.setattr(HostKernels, "run", run_and_interrupt)
+    monkeypatch.setattr(HostKernels, "execute", run_and_interrupt)
     s = run(tmp_path, "a", **data, batch=2, steps=50, checkpoint_every=10, checkpoint_dir=str(tmp_path / "ck"),
             save=str(tmp_path / "model.bin"))
-    assert s["stopped"] == "interrupted after step 2" and len(s["losses"]) == 2
-    assert checkpoint.read_latest(tmp_path / "ck") == 2 and s["saved"] == str(tmp_path / "model.bin")
+    assert s["stopped"] == "interrupted after step 3" and len(s["losses"]) == 3 and len(steps_seen) == 3
+    assert checkpoint.read_latest(tmp_path / "ck") == 3 and s["saved"] == str(tmp_path / "model.bin")
     _, params = formats.read_checkpoint(tmp_path / "model.bin")
-    _, at_two = formats.read_checkpoint(checkpoint.model_path(tmp_path / "ck", 2))
-    assert np.array_equal(params, at_two)
+    _, at_three = formats.read_checkpoint(checkpoint.model_path(tmp_path / "ck", 3))
+    assert np.array_equal(params, at_three)
 
 
 # -- the plan of the embedding backward: made on the host, one step ahead ---------------------------------
@@ -238,13 +322,13 @@ def record_backward_inputs(monkeypatch) -> list[dict]:
     """What the device buffers hold whenever a backward runs: the micro-step's tokens, targets
     and the plan the embedding backward reads."""
     seen = []
-    original = HostKernels.run
+    original = HostKernels.execute
 
-    def run_and_record(self, calls, stream=None):
+    def run_and_record(self, calls):
         if any(getattr(c, "family", None) == "encoder_backward" for c in calls):
             seen.append({name: self.host[name].copy() for name in ("tokens", "targets", "eb_role", "eb_plan")})
-        original(self, calls, stream)
-    monkeypatch.setattr(HostKernels, "run", run_and_record)
+        original(self, calls)
+    monkeypatch.setattr(HostKernels, "execute", run_and_record)
     return seen
 
 

@@ -118,6 +118,10 @@ class Local:
     def wait(self, stream, what: str) -> None:
         stream.synchronize()
 
+    def wait_event(self, event, what: str) -> None:
+        """Until the GPU has passed `event` (work enqueued after it may still run)."""
+        event.synchronize()
+
     def total(self, values: list[float], what: str) -> list[float]:
         """The sum over the ranks of a few host numbers."""
         return [float(x) for x in values]
@@ -269,7 +273,11 @@ class MPIWorld:
             import pycuda.driver as drv
             self._event = drv.Event(drv.event_flags.DISABLE_TIMING)
         self._event.record(stream)
-        self._poll(self._event.query, what, self.timeout, stoppable=True)
+        self.wait_event(self._event, what)
+
+    def wait_event(self, event, what: str) -> None:
+        """Until the GPU has passed `event`, within the timeout (work enqueued after it may still run)."""
+        self._poll(event.query, what, self.timeout, stoppable=True)
 
     def total(self, values: list[float], what: str) -> list[float]:
         send = np.asarray(values, dtype=np.float64)

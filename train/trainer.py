@@ -10,7 +10,8 @@ its backward, and updates (global norm, AdamW). Per micro-step the host copies t
 plan of its tokens (which the embedding backward reads) into device buffers and replays a graph;
 once per step it waits and reads the B*T per-token losses of each micro-step back. The host loads
 and plans the next step's batches (`prepare`) while the GPU runs this one, so the plans (a few ms
-of CPU per micro-step) stay off the critical path. The graphs (GRAPH_NAMES): with one micro-step,
+of CPU per micro-step) stay off the critical path, and launches that next step before it waits for
+this one's losses (TrainLoop.run_ahead), so the GPU never waits for the host between steps. The graphs (GRAPH_NAMES): with one micro-step,
 one per step, [zero grads, forward, loss, backward, update]; with more, the first micro-step's
 (zero grads, forward, loss, backward), the middle ones' (forward, loss, backward) and the last
 one's (forward, loss, backward with the reductions, update). Every `checkpoint_every` steps the
@@ -120,8 +121,14 @@ class Trainer:
         self.prepared: int | None = None  # the step whose batches and plans half prepared % 2 holds
         self.eval_x = drv.pagelocked_empty(BT, np.int32)
         self.eval_y = drv.pagelocked_empty(BT, np.int32)
-        self.losses = drv.pagelocked_empty((self.M, BT), np.float32)
-        self.optimizer_scalars = drv.pagelocked_empty((2, 6), np.float32)  # with weight decay, without
+        self.eval_losses = drv.pagelocked_empty(BT, np.float32)
+        # A step may be launched while the one before still runs (TrainLoop runs one ahead), so the
+        # per-token losses and the optimizer scalars have a half per step too (step s: half s % 2).
+        self.losses = drv.pagelocked_empty((2, self.M, BT), np.float32)
+        self.optimizer_scalars = drv.pagelocked_empty((2, 2, 6), np.float32)  # [half][with weight decay, without]
+        self.done = [drv.Event(drv.event_flags.DISABLE_TIMING) for _ in range(2)]  # each half's step finished
+        self.launched: dict[int, tuple[float, float]] = {}  # step -> (perf_counter at its launch, host us)
+        self.collected_at: float | None = None  # perf_counter when the last collected step was found done
         self.graphs: dict[tuple[bool, bool], object] = {}
         self.eval_graph = None
         self.forward_graph = None
@@ -174,38 +181,55 @@ class Trainer:
         self.eval_graph = self._graph_cls(self.stream, self._enqueue_eval)
         self.forward_graph = self._graph_cls(self.stream, self._enqueue_forward)
 
-    def step(self, batches: TrainData, step: int, lr: float) -> tuple[float, float, float]:
-        """One optimizer step. Returns (this rank's mean loss, wall ms, host us outside the graphs)."""
-        o, d, M = self.run.opts, self.dist, self.M
+    def launch(self, batches: TrainData, step: int, lr: float) -> None:
+        """Enqueue optimizer step `step` on the stream: its scalars, per micro-step its batch, the
+        graph and the copy of its losses back, all from or into half step % 2 of the pinned
+        buffers. The caller makes sure no copy of step - 2 is pending (it collected step - 1)."""
+        o, M, h = self.run.opts, self.M, step % 2
         t0 = time.perf_counter()
         if self.prepared != step:  # the first step, or one the previous call did not prepare (a resume)
             self.prepare(batches, step)
-        self.optimizer_scalars[:] = (lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1)
-        self.optimizer_scalars[1, 4] = 0.0
-        self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars")), self.optimizer_scalars[0],
-                                   self.stream)
+        scalars = self.optimizer_scalars[h]
+        scalars[:] = (lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1)
+        scalars[1, 4] = 0.0
+        self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars")), scalars[0], self.stream)
         if "optimizer_scalars_no_decay" in self.program.buffers:
-            self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars_no_decay")),
-                                       self.optimizer_scalars[1], self.stream)
+            self.drv.memcpy_htod_async(self.backend.ptr(self.program.at("optimizer_scalars_no_decay")), scalars[1],
+                                       self.stream)
         losses = self.backend.ptr(self.program.at("losses"))
         for k in range(M):
             first, last = k == 0, k == M - 1
-            self._upload_batch(step % 2, k)
+            self._upload_batch(h, k)
             self._replay(self.graphs.get((first, last)), lambda s: self._enqueue_micro(s, first, last))
-            self.drv.memcpy_dtoh_async(self.losses[k], losses, self.stream)
-        t1 = time.perf_counter()
-        # The next step's batches and plans while the GPU runs this one: its half was last read by
-        # the previous step's copies, which the previous call waited for.
+            self.drv.memcpy_dtoh_async(self.losses[h, k], losses, self.stream)
+        self.done[h].record(self.stream)
+        self.launched[step] = (t0, (time.perf_counter() - t0) * 1e6)
+
+    def collect(self, step: int) -> tuple[float, float, float]:
+        """Wait for launched step `step` (not for a later one launched behind it). Returns (this
+        rank's mean loss, wall ms, host us spent launching it). The wall time runs from its launch,
+        or from when the step before it was found done if that was later: with a step always
+        waiting behind the running one, the time between two steps' ends."""
+        self.dist.wait_event(self.done[step % 2], f"step {step + 1}")
+        loss = float(np.mean(self.losses[step % 2].reshape(-1), dtype=np.float64))
+        now = time.perf_counter()
+        t0, host_us = self.launched.pop(step)
+        start = t0 if self.collected_at is None else max(t0, self.collected_at)
+        self.collected_at = now
+        return loss, (now - start) * 1e3, host_us
+
+    def step(self, batches: TrainData, step: int, lr: float) -> tuple[float, float, float]:
+        """One optimizer step with nothing launched behind it: launch it, prepare the next step's
+        batches and plans while the GPU runs it (their half was last read by the step before,
+        which has been collected), collect it. Returns what collect() does."""
+        self.launch(batches, step, lr)
         self.prepare(batches, step + 1)
-        d.wait(self.stream, f"step {step + 1}")
-        loss = float(np.mean(self.losses.reshape(-1), dtype=np.float64))
-        t2 = time.perf_counter()
-        return loss, (t2 - t0) * 1e3, (t1 - t0) * 1e6
+        return self.collect(step)
 
     def _batch_loss(self) -> float:
-        self.drv.memcpy_dtoh_async(self.losses[0], self.backend.ptr(self.program.at("losses")), self.stream)
+        self.drv.memcpy_dtoh_async(self.eval_losses, self.backend.ptr(self.program.at("losses")), self.stream)
         self.stream.synchronize()
-        return float(np.mean(self.losses[0], dtype=np.float64))
+        return float(np.mean(self.eval_losses, dtype=np.float64))
 
     def val_loss(self, batches: ValData, n: int) -> float:
         """The mean loss of the first n windows of the validation shards (this rank alone)."""
@@ -455,21 +479,46 @@ class TrainLoop:
         return self.summary
 
     def steps(self, interrupts: Interrupts) -> bool:
-        """Train to the last step or an agreed stop; True if stopped by a signal."""
+        """Train to the last step or an agreed stop; True if stopped by a signal. While a step runs
+        the next one is launched behind it where nothing between them needs the GPU to stop
+        (run_ahead), so the GPU goes from one step's last kernel to the next one's first while the
+        host records, prints and checks the step that ended. The steps and their inputs are the
+        same either way; a stop comes after the step in flight."""
         run, dist, stop = self.run, self.dist, False
+        trainer, data = self.trainer, run.train_data
+        in_flight = False  # whether `step` was launched behind the step before it
         for step in range(self.start, run.steps + 1):
             last = step == run.steps
-            self.between_steps(step, last)
-            # under MPI only the flag the ranks agreed on (`stop`) counts: they must stop together
-            halted = stop or (interrupts.flag and not dist.under_mpi)
-            if last or halted:
-                return halted
-            lr = run.schedule(step)
-            local, ms, host_us = self.trainer.step(run.train_data, step, lr)
+            if not in_flight:
+                self.between_steps(step, last)
+                # under MPI only the flag the ranks agreed on (`stop`) counts: they must stop together
+                halted = stop or (interrupts.flag and not dist.under_mpi)
+                if last or halted:
+                    return halted
+                trainer.launch(data, step, run.schedule(step))
+            # the next step's batches and plans while the GPU runs this one: their half was last
+            # read by the step before this one, which has been collected
+            trainer.prepare(data, step + 1)
+            in_flight = self.run_ahead(step, stop or (interrupts.flag and not dist.under_mpi))
+            if in_flight:
+                trainer.launch(data, step + 1, run.schedule(step + 1))
+            local, ms, host_us = trainer.collect(step)
             loss_sum, stops = dist.total([local, float(interrupts.flag)], f"the losses of step {step + 1}")
             stop = stops > 0
-            self.after_step(step, loss_sum / dist.world, ms, host_us, lr)
+            self.after_step(step, loss_sum / dist.world, ms, host_us, run.schedule(step))
         return False
+
+    def run_ahead(self, step: int, stopping: bool) -> bool:
+        """Whether step + 1 may be launched while `step` runs: not after the first step (the graphs
+        are captured after it), not when a stop was asked for, and not when anything between the
+        two needs the GPU or the state after `step`: a checkpoint after it, validation or sampling
+        before step + 1, or the end of the run. Under MPI every rank decides alike (`stopping` is
+        the agreed stop there), so they launch the same steps."""
+        o, nxt = self.run.opts, step + 1
+        return not (stopping or step == self.start or nxt >= self.run.steps
+                    or (o.checkpoint_every and nxt % o.checkpoint_every == 0)
+                    or (self.run.val_data is not None and nxt % o.val_every == 0)
+                    or (o.sample_every > 0 and nxt % o.sample_every == 0))
 
     def between_steps(self, step: int, last: bool) -> None:
         """Rank 0's validation and sampling before `step`, which the other ranks wait out."""
