@@ -198,6 +198,48 @@ def test_library_gemm_is_row_major_and_batched(op, trans_a, trans_b):
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("trans_a, beta", [(False, 0.0), (True, 1.0)])
+def test_library_gemm_lt_without_a_workspace_puts_no_memset_before_its_kernel(trans_a, beta):
+    """workspace = 0 (matmul_forward 7, matmul_backward 3 and 4): the same product (beta = 1 adds
+    into D, as a weight gradient does), and a captured call is kernels alone, where with a
+    workspace cuBLASLt may put a memset (its kernels' counter) in front."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+    from cuda.bindings import driver as cu
+
+    from workbench import library_calls
+    from workbench.check import from_storage, to_storage
+    rng = np.random.default_rng(1)
+    m, n, k = (768, 768, 4096) if trans_a else (4096, 768, 768)
+    A = to_storage(rng.normal(size=(k, m) if trans_a else (m, k)), "bf16")
+    B = to_storage(rng.normal(0, 0.05, size=(k, n)), "bf16")
+    D0 = to_storage(rng.normal(size=(m, n)), "bf16")
+    a, b = drv.to_device(A), drv.to_device(B)
+    opa = from_storage(A, "bf16").astype(np.float64)
+    want = (opa.T if trans_a else opa) @ from_storage(B, "bf16") + beta * from_storage(D0, "bf16")
+    stream = drv.Stream()
+    for workspace in (library_calls.WORKSPACE, 0):
+        d = drv.to_device(D0)
+        call = library_calls.gemm_lt(a=int(a), b=int(b), d=int(d), m=m, n=n, k=k, trans_a=trans_a, beta=beta,
+                                     dtype="bf16", workspace=workspace)
+        s = cu.CUstream(stream.handle)
+        assert cu.cuStreamBeginCapture(s, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0] == 0
+        call(stream)
+        err, graph = cu.cuStreamEndCapture(s)
+        err, _, count = cu.cuGraphGetNodes(graph, 0)
+        err, nodes, count = cu.cuGraphGetNodes(graph, count)
+        kinds = [cu.cuGraphNodeGetType(x)[1] for x in nodes]
+        err, exe = cu.cuGraphInstantiate(graph, 0)
+        assert cu.cuGraphLaunch(exe, s)[0] == 0
+        stream.synchronize()
+        cu.cuGraphExecDestroy(exe)
+        cu.cuGraphDestroy(graph)
+        got = from_storage(drv.from_device(d, (m, n), np.uint16), "bf16")
+        np.testing.assert_allclose(got, want, atol=2e-2, rtol=1e-2)
+        if workspace == 0:
+            assert kinds and all(t == cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL for t in kinds), kinds
+
+
 def test_library_gelu_epilogues_keep_the_gelu_input_and_sum_the_gelu_gradient_over_rows():
     """gemm_lt's GELU_AUX_BIAS writes gelu(A B^T + bias) and, to aux, its input; DGELU_BGRAD
     writes gelu'(aux) * (A B) and, to bias_grad, that result's sums over D's rows (one per

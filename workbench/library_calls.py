@@ -154,18 +154,24 @@ def _epilogue(bias, gelu, aux, dgelu, bias_grad) -> tuple[str, list[tuple[str, i
 @library("nvmath.bindings.cublasLt", lambda: cublaslt_handle())
 def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
             batch=1, stride_a=0, stride_b=0, stride_d=0, lda=0, ldb=0, ldd=0, tf32=False, gelu=False,
-            aux=0, aux_ld=0, dgelu=False, bias_grad=0, dtype="f32"):
+            aux=0, aux_ld=0, dgelu=False, bias_grad=0, dtype="f32", workspace=WORKSPACE):
     """cuBLASLt GEMM with an epilogue fused (see _epilogue):
     D = act(alpha op(A) op(B) + beta C + bias), bias broadcast along D's rows (length n);
     gelu with aux: aux = the GELU's input, D = its GELU; dgelu: D = gelu'(aux) * (alpha op(A) op(B)),
     and with bias_grad: bias_grad[j] = sum over D's m rows of D[i, j] (written, not accumulated).
     aux is an m x n row-major matrix like D with rows aux_ld apart (default n; cuBLASLt wants a
     multiple of 8), in D's element type. dtype "bf16": A, B, C, D, aux, the bias and its gradient
-    in bf16, accumulated in fp32."""
+    in bf16, accumulated in fp32. workspace: the bytes cuBLASLt may use (at most WORKSPACE); with
+    a workspace its persistent kernels zero a counter in it with a memset before each launch (a
+    graph node, and ~2 us a call in the trainer's step on an H200); with none (0) they run
+    without one, and algorithms that split K over a workspace are not chosen."""
     from nvmath.bindings import cublasLt
     from .errors import ContractError
     handle = cublaslt_handle()
     elem = DATA_TYPES[dtype]
+    workspace = int(workspace)
+    if not 0 <= workspace <= WORKSPACE:
+        raise ContractError(f"gemm_lt: workspace is {workspace} bytes; it may be 0 to {WORKSPACE}")
     lda, ldb, ldd = _col_major(m, n, k, trans_a, trans_b, lda, ldb, ldd)
     Attr = cublasLt.MatmulDescAttribute
     desc = cublasLt.matmul_desc_create(_compute_type(bool(tf32) and dtype == "f32"), R_32F)
@@ -199,7 +205,7 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     layout_d = layout(n, m, ldd, stride_d)
     pref = cublasLt.matmul_preference_create()
     _set(cublasLt.matmul_preference_set_attribute, pref, cublasLt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
-         cublasLt.get_matmul_preference_attribute_dtype, WORKSPACE)
+         cublasLt.get_matmul_preference_attribute_dtype, workspace)
     results = cublasLt.MatmulHeuristicResult(1)
     count = np.zeros(1, dtype=np.int32)
     cublasLt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, 1,
@@ -214,7 +220,7 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     def call(stream):
         cublasLt.matmul(handle, desc, scalars.ctypes.data, int(b), layout_b, int(a), layout_a,
                   scalars.ctypes.data + 4, c_ptr, layout_d, int(d), layout_d, algo.ctypes.data,
-                  int(ws), WORKSPACE, _stream_handle(stream))
+                  int(ws), workspace, _stream_handle(stream))
     call.keep = (scalars, algo, results)  # type: ignore[attr-defined]
     return call
 
