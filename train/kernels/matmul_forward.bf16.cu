@@ -1,11 +1,17 @@
 /*
-title = "bf16 through cuBLASLt: tensor cores, fp32 accumulation, the bias fused"
+title = "bf16 through cuBLASLt with no workspace: the same GEMM without the memset before it"
+builds_on = 6
 precision = "bf16"
-changed = "Version 5's call with every operand in bf16: the products run on the bf16 tensor cores, accumulate in fp32, and the bias is added in the epilogue before out is rounded to bf16 once."
+changed = "Version 6's call with cuBLASLt given no workspace (workspace = 0): its heuristic then picks kernels that need no counter zeroed before the launch, so the memset that came before every call is gone."
 why = """
-Half the bytes of every operand, and the bf16 tensor cores: on an H100 about 790 TFLOP/s dense
-against 49 for FP32 on CUDA cores. At the classic sizes (38.7 GFLOP) the FP32 GEMM needs ~0.8 ms;
-bf16 needs ~0.05 ms plus its 68 MB of memory traffic.
+Given a workspace, cuBLASLt's persistent Hopper kernels (nvjet) zero a 4-byte counter in it with a
+memset before each launch. In the trainer's captured bf16 step on an H200 that was 125 memset
+nodes a step, each ~0.8 us with ~1.4 us more of idle before the kernel after it (traced: results/
+h200-session12-2026-12-01/call2). Given none, the heuristic's first choice at the trainer's
+shapes is the same kind of kernel without the counter: captured alone, qkv's (16384 x 2304 x 768)
+took 88.7 us against 90.8, attproj's (16384 x 768 x 768) 33.4 against 34.9 (call 3,
+memset_probe). Prediction: ~2 us a call, 5 calls a layer's forward and the lm head: ~0.13 ms a
+step at B = 16.
 """
 preconditions = []
 
@@ -20,4 +26,5 @@ k = "C"
 trans_b = true
 bias = "bias"
 dtype = "bf16"
+workspace = 0
 */

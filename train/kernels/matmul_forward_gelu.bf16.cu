@@ -1,14 +1,14 @@
 /*
-title = "bf16 through cuBLASLt: tensor cores, fp32 accumulation, bias and GELU in the epilogue"
-builds_on = 2
+title = "bf16 through cuBLASLt with no workspace: the fused GELU GEMM without the memset before it"
+builds_on = 3
 precision = "bf16"
-changed = "Version 2's call with every operand in bf16: the products run on the bf16 tensor cores and accumulate in fp32; the epilogue adds the bias, writes pre rounded to bf16, applies the GELU to the fp32 value and writes out rounded to bf16."
+changed = "Version 3's call with cuBLASLt given no workspace (workspace = 0): its kernel then needs no counter zeroed before each launch, so the memset before every call is gone."
 why = """
-The fc layer's product on the bf16 tensor cores (matmul_forward 6) with gelu_forward 4's separate
-pass folded in. Unfused, the GEMM writes pre (2 * N * OC bytes) and the GELU pass reads it back
-and writes out (42 us at the classic sizes on an H100, beside the GEMM's 67 us); fused, pre and
-out are both written from the epilogue and the read of pre is gone: 50 MB, ~17 us at the copy
-ceiling, and a launch.
+As matmul_forward 7: with a workspace, cuBLASLt's persistent kernels zero a counter in it by a
+memset before each launch, a graph node and ~2 us of the trainer's step each. With none, the
+heuristic's first pick at the trainer's shape (16384 x 3072 x 768, GELU_AUX_BIAS) runs alone:
+captured, 148.4 us against 152.0 with the memset on an H200 (results/h200-session12-2026-12-01/
+call3, memset_probe).
 """
 preconditions = ["OC % 8 == 0"]
 
@@ -25,4 +25,5 @@ bias = "bias"
 gelu = true
 aux = "pre"
 dtype = "bf16"
+workspace = 0
 */
