@@ -207,6 +207,7 @@ def test_library_gemm_lt_without_a_workspace_puts_no_memset_before_its_kernel(tr
     import pycuda.driver as drv
     from cuda.bindings import driver as cu
 
+    from train.backends import Graph
     from workbench import library_calls
     from workbench.check import from_storage, to_storage
     rng = np.random.default_rng(1)
@@ -222,18 +223,12 @@ def test_library_gemm_lt_without_a_workspace_puts_no_memset_before_its_kernel(tr
         d = drv.to_device(D0)
         call = library_calls.gemm_lt(a=int(a), b=int(b), d=int(d), m=m, n=n, k=k, trans_a=trans_a, beta=beta,
                                      dtype="bf16", workspace=workspace)
-        s = cu.CUstream(stream.handle)
-        assert cu.cuStreamBeginCapture(s, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0] == 0
-        call(stream)
-        err, graph = cu.cuStreamEndCapture(s)
-        err, _, count = cu.cuGraphGetNodes(graph, 0)
-        err, nodes, count = cu.cuGraphGetNodes(graph, count)
+        graph = Graph(stream, call)
+        _, nodes, _ = cu.cuGraphGetNodes(graph.graph, graph.nodes)
         kinds = [cu.cuGraphNodeGetType(x)[1] for x in nodes]
-        err, exe = cu.cuGraphInstantiate(graph, 0)
-        assert cu.cuGraphLaunch(exe, s)[0] == 0
+        graph.launch(stream)
         stream.synchronize()
-        cu.cuGraphExecDestroy(exe)
-        cu.cuGraphDestroy(graph)
+        graph.destroy()
         got = from_storage(drv.from_device(d, (m, n), np.uint16), "bf16")
         np.testing.assert_allclose(got, want, atol=2e-2, rtol=1e-2)
         if workspace == 0:

@@ -381,7 +381,9 @@ def test_a_prepared_step_uploads_what_a_step_loaded_on_the_spot_does(host_gpu, d
         for step in steps:
             if not ahead:
                 t.prepared = None  # as if nothing was prepared: load and plan at the step's start
-            t.step(batches, step, 1e-3)
+            t.launch(batches, step, 1e-3)  # as TrainLoop.steps does with nothing run ahead
+            t.prepare(batches, step + 1)
+            t.collect(step)
             assert t.prepared == step + 1
         runs.append(seen[:])
         seen.clear()

@@ -11,12 +11,13 @@ plan of its tokens (which the embedding backward reads) into device buffers and 
 once per step it waits and reads the B*T per-token losses of each micro-step back. The host loads
 and plans the next step's batches (`prepare`) while the GPU runs this one, so the plans (a few ms
 of CPU per micro-step) stay off the critical path, and launches that next step before it waits for
-this one's losses (TrainLoop.run_ahead), so the GPU never waits for the host between steps. The graphs (GRAPH_NAMES): with one micro-step,
-one per step, [zero grads, forward, loss, backward, update]; with more, the first micro-step's
-(zero grads, forward, loss, backward), the middle ones' (forward, loss, backward) and the last
-one's (forward, loss, backward with the reductions, update). Every `checkpoint_every` steps the
-run is saved (train/checkpoint.py) so that `--resume` continues it bit for bit: same data windows,
-learning rates, optimizer state and sampling RNG.
+this one's losses (TrainLoop.run_ahead), so the GPU never waits for the host between steps. The
+graphs (GRAPH_NAMES): with one micro-step, one per step, [zero grads, forward, loss, backward,
+update]; with more, the first micro-step's (zero grads, forward, loss, backward), the middle
+ones' (forward, loss, backward) and the last one's (forward, loss, backward with the reductions,
+update). Every `checkpoint_every` steps the run is saved (train/checkpoint.py) so that
+`--resume` continues it bit for bit: same data windows, learning rates, optimizer state and
+sampling RNG.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class Trainer:
         buffers. The caller makes sure no copy of step - 2 is pending (it collected step - 1)."""
         o, M, h = self.run.opts, self.M, step % 2
         t0 = time.perf_counter()
-        if self.prepared != step:  # the first step, or one the previous call did not prepare (a resume)
+        if self.prepared != step:  # the first step, or one the loop did not prepare (a resume)
             self.prepare(batches, step)
         scalars = self.optimizer_scalars[h]
         scalars[:] = (lr, o.beta1, o.beta2, o.eps, o.weight_decay, step + 1)
@@ -217,14 +218,6 @@ class Trainer:
         start = t0 if self.collected_at is None else max(t0, self.collected_at)
         self.collected_at = now
         return loss, (now - start) * 1e3, host_us
-
-    def step(self, batches: TrainData, step: int, lr: float) -> tuple[float, float, float]:
-        """One optimizer step with nothing launched behind it: launch it, prepare the next step's
-        batches and plans while the GPU runs it (their half was last read by the step before,
-        which has been collected), collect it. Returns what collect() does."""
-        self.launch(batches, step, lr)
-        self.prepare(batches, step + 1)
-        return self.collect(step)
 
     def _batch_loss(self) -> float:
         self.drv.memcpy_dtoh_async(self.eval_losses, self.backend.ptr(self.program.at("losses")), self.stream)
@@ -487,19 +480,20 @@ class TrainLoop:
         run, dist, stop = self.run, self.dist, False
         trainer, data = self.trainer, run.train_data
         in_flight = False  # whether `step` was launched behind the step before it
+        # under MPI only the flag the ranks agreed on (`stop`) counts: they must stop together
+        stopping = lambda: stop or (interrupts.flag and not dist.under_mpi)  # noqa: E731
         for step in range(self.start, run.steps + 1):
             last = step == run.steps
             if not in_flight:
                 self.between_steps(step, last)
-                # under MPI only the flag the ranks agreed on (`stop`) counts: they must stop together
-                halted = stop or (interrupts.flag and not dist.under_mpi)
+                halted = stopping()
                 if last or halted:
                     return halted
                 trainer.launch(data, step, run.schedule(step))
             # the next step's batches and plans while the GPU runs this one: their half was last
             # read by the step before this one, which has been collected
             trainer.prepare(data, step + 1)
-            in_flight = self.run_ahead(step, stop or (interrupts.flag and not dist.under_mpi))
+            in_flight = self.run_ahead(step, stopping())
             if in_flight:
                 trainer.launch(data, step + 1, run.schedule(step + 1))
             local, ms, host_us = trainer.collect(step)
