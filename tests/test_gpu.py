@@ -1,6 +1,8 @@
 """On the GPU (marked gpu; skipped without one): every version passes, the L2 flush matters,
 and a faulty version is reported without stopping the bench."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -233,6 +235,62 @@ def test_library_gemm_lt_without_a_workspace_puts_no_memset_before_its_kernel(tr
         np.testing.assert_allclose(got, want, atol=2e-2, rtol=1e-2)
         if workspace == 0:
             assert kinds and all(t == cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL for t in kinds), kinds
+
+
+@pytest.mark.parametrize("epilogue", ["beta", "gelu_aux_bias"])
+def test_library_gemm_lt_tune_times_on_scratch_and_remembers_its_pick(tmp_path, monkeypatch, epilogue):
+    """tune = n (matmul_forward 8, matmul_forward_gelu 5, matmul_backward 5, matmul_backward_dgelu
+    6): the candidates are timed on scratch, so planning a beta = 1 call leaves its D (a gradient)
+    untouched and the epilogue's bias and aux pointers are the call's again afterwards; the pick
+    lands in gemm_tune.json and a second planning, in this process or the next, times nothing."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+
+    from references.gelu_forward import gelu_forward
+    from workbench import gemm_tuning, library_calls
+    from workbench.check import from_storage, to_storage
+    monkeypatch.setattr(gemm_tuning, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(gemm_tuning, "_PICKS", {})
+    rng = np.random.default_rng(2)
+    trans_a = epilogue == "beta"
+    m, n, k = (768, 3072, 2048) if trans_a else (2048, 3072, 768)
+    A = to_storage(rng.normal(size=(k, m) if trans_a else (m, k)), "bf16")
+    B = to_storage(rng.normal(0, 0.05, size=(k, n)), "bf16")
+    D0 = to_storage(rng.normal(size=(m, n)), "bf16")
+    bias = to_storage(rng.normal(0, 0.1, size=n), "bf16")
+    a, b, d, bb = drv.to_device(A), drv.to_device(B), drv.to_device(D0), drv.to_device(bias)
+    aux = drv.mem_alloc(m * n * 2)
+    opa = from_storage(A, "bf16").astype(np.float64)
+    pre = (opa.T if trans_a else opa) @ from_storage(B, "bf16")
+    kw = dict(m=m, n=n, k=k, trans_a=trans_a, dtype="bf16", tune=8)
+    kw.update(beta=1.0) if trans_a else kw.update(bias=int(bb), gelu=True, aux=int(aux), workspace=0)
+
+    def plan():
+        return library_calls.gemm_lt(a=int(a), b=int(b), d=int(d), **kw)
+    call = plan()
+    np.testing.assert_array_equal(drv.from_device(d, (m, n), np.uint16), D0)  # tuning wrote elsewhere
+    (device,) = json.loads((tmp_path / "gemm_tune.json").read_text()).values()
+    (entry,) = device.values()
+    assert 0 <= entry["pick"] < entry["candidates"] and str(entry["pick"]) in entry["median_us"]
+    assert entry["candidates"] > 1, "the heuristic offered one algorithm: nothing was timed"
+    stream = drv.Stream()
+    call(stream)
+    stream.synchronize()
+    got = from_storage(drv.from_device(d, (m, n), np.uint16), "bf16")
+    if trans_a:
+        np.testing.assert_allclose(got, pre + from_storage(D0, "bf16"), atol=2e-2, rtol=1e-2)
+    else:
+        pre = pre + from_storage(bias, "bf16")
+        np.testing.assert_allclose(from_storage(drv.from_device(aux, (m, n), np.uint16), "bf16"), pre,
+                                   atol=2e-2, rtol=1e-2)
+        np.testing.assert_allclose(got, gelu_forward(pre)["out"], atol=2e-2, rtol=1e-2)
+
+    def no_timing(*_):
+        raise AssertionError("timed again: the pick was not remembered")
+    monkeypatch.setattr(gemm_tuning, "random_fill", no_timing)
+    plan()                                   # this process: from memory
+    monkeypatch.setattr(gemm_tuning, "_PICKS", {})
+    plan()                                   # the next process: from gemm_tune.json
 
 
 def test_library_gelu_epilogues_keep_the_gelu_input_and_sum_the_gelu_gradient_over_rows():

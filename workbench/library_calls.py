@@ -154,7 +154,7 @@ def _epilogue(bias, gelu, aux, dgelu, bias_grad) -> tuple[str, list[tuple[str, i
 @library("nvmath.bindings.cublasLt", lambda: cublaslt_handle())
 def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
             batch=1, stride_a=0, stride_b=0, stride_d=0, lda=0, ldb=0, ldd=0, tf32=False, gelu=False,
-            aux=0, aux_ld=0, dgelu=False, bias_grad=0, dtype="f32", workspace=WORKSPACE):
+            aux=0, aux_ld=0, dgelu=False, bias_grad=0, dtype="f32", workspace=WORKSPACE, tune=0):
     """cuBLASLt GEMM with an epilogue fused (see _epilogue):
     D = act(alpha op(A) op(B) + beta C + bias), bias broadcast along D's rows (length n);
     gelu with aux: aux = the GELU's input, D = its GELU; dgelu: D = gelu'(aux) * (alpha op(A) op(B)),
@@ -164,7 +164,9 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     in bf16, accumulated in fp32. workspace: the bytes cuBLASLt may use (at most WORKSPACE); with
     a workspace its persistent kernels zero a counter in it with a memset before each launch (a
     graph node, and ~2 us a call in the trainer's step on an H200); with none (0) they run
-    without one, and algorithms that split K over a workspace are not chosen."""
+    without one, and algorithms that split K over a workspace are not chosen. tune: 0 or 1 runs
+    the heuristic's first pick; n > 1 times its first n candidates at this call's shape on random
+    scratch operands and runs the fastest, remembered per device (gemm_tuning.py)."""
     from nvmath.bindings import cublasLt
     from .errors import ContractError
     handle = cublaslt_handle()
@@ -182,8 +184,10 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     epilogue, pointers = _epilogue(bias, gelu, aux, dgelu, bias_grad)
     if epilogue != "DEFAULT":
         _set(cublasLt.matmul_desc_set_attribute, desc, Attr.EPILOGUE, dt, int(getattr(cublasLt.Epilogue, epilogue)))
-    for attr, ptr in pointers:
-        _set(cublasLt.matmul_desc_set_attribute, desc, getattr(Attr, attr), dt, int(ptr))
+    def point(pairs):
+        for attr, ptr in pairs:
+            _set(cublasLt.matmul_desc_set_attribute, desc, getattr(Attr, attr), dt, int(ptr))
+    point(pointers)
     if aux:
         # In cuBLAS's column-major view aux is n x m like D^T: its leading dimension is our row stride.
         aux_ld = int(aux_ld or n)
@@ -203,18 +207,22 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     layout_b = layout(k, n, ldb, stride_b) if trans_b else layout(n, k, ldb, stride_b)
     layout_a = layout(m, k, lda, stride_a) if trans_a else layout(k, m, lda, stride_a)
     layout_d = layout(n, m, ldd, stride_d)
-    pref = cublasLt.matmul_preference_create()
-    _set(cublasLt.matmul_preference_set_attribute, pref, cublasLt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
-         cublasLt.get_matmul_preference_attribute_dtype, workspace)
-    results = cublasLt.MatmulHeuristicResult(1)
-    count = np.zeros(1, dtype=np.int32)
-    cublasLt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, 1,
-                                 results.ptr, count.ctypes.data)
+    tune = int(tune)
+    results, count = _candidates(handle, desc, (layout_b, layout_a, layout_d), workspace, tune)
     if count[0] == 0:
         raise ContractError(f"cuBLASLt found no algorithm for m={m} n={n} k={k} ({dtype}, epilogue {epilogue})")
-    algo = np.array(results[0]["algo"])
     scalars = np.array([alpha, beta], dtype=np.float32)
     ws = _workspace()
+    chosen = 0
+    if count[0] > 1:
+        chosen = _tuned_index(
+            dict(handle=handle, desc=desc, layouts=(layout_b, layout_a, layout_d), scalars=scalars, ws=ws,
+                 workspace=workspace, algos=[np.array(results[i]["algo"]) for i in range(int(count[0]))]),
+            dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, lda=lda, ldb=ldb, ldd=ldd, aux_ld=aux_ld,
+                 batch=batch, strides=(stride_a, stride_b, stride_d), beta=beta, c=c, tf32=tf32, dtype=dtype,
+                 epilogue=epilogue, tune=tune, bias=bias or bias_grad, aux=aux),
+            point, pointers)
+    algo = np.array(results[chosen]["algo"])
     c_ptr = int(c) if c else int(d)
 
     def call(stream):
@@ -223,6 +231,63 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
                   int(ws), workspace, _stream_handle(stream))
     call.keep = (scalars, algo, results)  # type: ignore[attr-defined]
     return call
+
+
+def _candidates(handle, desc, layouts, workspace: int, tune: int):
+    """cuBLASLt's heuristic's candidates for a described matmul within `workspace` bytes: its first
+    pick alone, or up to `tune` of them; (results, count)."""
+    from nvmath.bindings import cublasLt
+    from .errors import ContractError
+    if tune < 0:
+        raise ContractError(f"gemm_lt: tune is {tune}; it is the number of candidates to time (0 or 1: none)")
+    pref = cublasLt.matmul_preference_create()
+    _set(cublasLt.matmul_preference_set_attribute, pref, cublasLt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES,
+         cublasLt.get_matmul_preference_attribute_dtype, workspace)
+    want = max(1, tune)
+    results = cublasLt.MatmulHeuristicResult(want)
+    count = np.zeros(1, dtype=np.int32)
+    layout_b, layout_a, layout_d = layouts
+    cublasLt.matmul_algo_get_heuristic(handle, desc, layout_b, layout_a, layout_d, layout_d, pref, want,
+                                       results.ptr, count.ctypes.data)
+    return results, count
+
+
+def _tuned_index(lt: dict, call: dict, point, pointers) -> int:
+    """gemm_lt's tune: which of the heuristic's candidates (lt["algos"]) runs fastest at this call
+    (gemm_tuning.pick), timed on scratch operands of the call's extents; the descriptor's
+    epilogue pointers go to the scratch while timing and back to the call's (`pointers`) after."""
+    from nvmath.bindings import cublasLt
+
+    from . import gemm_tuning
+    c = call
+    item = 2 if c["dtype"] == "bf16" else 4
+    batch, (stride_a, stride_b, stride_d) = c["batch"], c["strides"]
+    rows_a, rows_b = (c["k"] if c["trans_a"] else c["m"]), (c["n"] if c["trans_b"] else c["k"])
+    extents = {"a": ((batch - 1) * stride_a + rows_a * c["lda"]) * item,
+               "b": ((batch - 1) * stride_b + rows_b * c["ldb"]) * item,
+               "d": ((batch - 1) * stride_d + c["m"] * c["ldd"]) * item}
+    if c["c"] and c["beta"]:
+        extents["c"] = extents["d"]
+    extra = {"BIAS_POINTER": c["n"] * item} if c["bias"] else {}
+    if c["aux"]:
+        extra["EPILOGUE_AUX_POINTER"] = batch * c["m"] * c["aux_ld"] * item
+    extents.update(extra)
+    layout_b, layout_a, layout_d = lt["layouts"]
+    scalars = lt["scalars"]
+
+    def trial(i, p, stream):
+        point([(attr, p[attr]) for attr in extra])  # the epilogue's pointers on the scratch too
+        cublasLt.matmul(lt["handle"], lt["desc"], scalars.ctypes.data, p["b"], layout_b, p["a"], layout_a,
+                        scalars.ctypes.data + 4, p.get("c", p["d"]), layout_d, p["d"], layout_d,
+                        lt["algos"][i].ctypes.data, int(lt["ws"]), lt["workspace"], _stream_handle(stream))
+    key = (f"{c['dtype']} tf32={int(bool(c['tf32']))} m={c['m']} n={c['n']} k={c['k']} ta={int(bool(c['trans_a']))} "
+           f"tb={int(bool(c['trans_b']))} {c['epilogue']} beta={float(c['beta']) != 0} c={bool(c['c'])} batch={batch} "
+           f"strides={stride_a},{stride_b},{stride_d} ld={c['lda']},{c['ldb']},{c['ldd']},{c['aux_ld']} "
+           f"ws={lt['workspace']} tune={c['tune']}")
+    try:
+        return gemm_tuning.pick(key, len(lt["algos"]), extents, item, trial)
+    finally:
+        point(pointers)  # back on the call's own buffers
 
 
 # -- cuDNN: scaled dot-product attention through the cuDNN frontend, on raw pointers ---------------
