@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from workbench import device, watch
+from workbench.timing import PEAK_FILE
 from workbench.baselines import BaselineCache, KeptBaselines, baseline_key
 from workbench.cli.app import cli
 from workbench.family import Project
@@ -49,7 +50,7 @@ def test_a_probe_is_kept_per_identity_with_the_peaks_measured_since(tmp_path):
     hit = device.cached_probe("machine A", tmp_path)
     assert hit["device"] == answer["device"] and hit["ceiling"] == answer["ceiling"]
     assert hit["peaks"] == {}  # peaks are read from doctor's file, not frozen in the probe
-    (tmp_path / "peak.json").write_text('{"H100|0000:19:00.0|13000|bf16": 712.5, "other|x|1|bf16": 1.0}')
+    (tmp_path / PEAK_FILE).write_text('{"H100|0000:19:00.0|13000|bf16": 712.5, "other|x|1|bf16": 1.0}')
     assert device.cached_probe("machine A", tmp_path)["peaks"] == {"bf16": 712.5}
     assert device.cached_probe("machine B", tmp_path) is None
     assert device.cached_probe(None, tmp_path) is None

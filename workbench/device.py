@@ -49,7 +49,7 @@ def _key(identity: str) -> str:
 
 
 def cached_probe(identity: str | None, cache_dir: Path | None = None) -> dict | None:
-    """The probe's answer kept for this identity, with the peaks measured since (peak.json)."""
+    """The probe's answer kept for this identity, with the peaks measured since (timing.PEAK_FILE)."""
     if identity is None:
         return None
     cache_dir = cache_dir or CACHE_DIR
