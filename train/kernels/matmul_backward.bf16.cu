@@ -1,17 +1,15 @@
 /*
-title = "bf16: the input gradient through cuBLASLt with no workspace (no memset before it)"
-builds_on = 2
+title = "bf16: both GEMMs through cuBLASLt, each algorithm chosen by timing (the fastest of 8 candidates)"
+builds_on = 3
 precision = "bf16"
-changed = "dinp = dout @ weight goes through cuBLASLt given no workspace, whose kernel needs no counter zeroed before its launch (version 2's cuBLAS call put a memset in front of it); dweight stays version 2's cuBLAS call, which splits the long N over its workspace."
+changed = "dinp as version 3 (cuBLASLt, no workspace) with tune = 8; dweight += dout^T @ inp through cuBLASLt with the 32 MiB workspace (so split-K algorithms stay candidates) and tune = 8: each call's candidates timed at its shape on random scratch operands, the fastest kept (remembered per device)."
 why = """
-cuBLAS routes version 2's input-gradient GEMM to a persistent cuBLASLt kernel that zeroes a
-counter in the workspace with a memset before each launch: in the trainer's captured step on an
-H200 a graph node and ~2 us each (results/h200-session12-2026-12-01/call2), and cuBLAS keeps the
-memset even with its workspace set to none. Through cuBLASLt with workspace = 0 the same shape
-(16384 x 768 x 2304, qkv's) ran alone, captured, in 77.5 us against 80.1 (call 3, memset_probe).
-The weight gradient is left to cuBLAS: its K = N = B*T is long and the few output tiles are
-split over K in the workspace (a second, reduce kernel, no memset); without a workspace
-attproj's (768 x 768 x 16384) ran 41.0 us against 39.4.
+Neither cuBLAS's default nor cuBLASLt's first pick is best at every shape: alone on an H200 at
+B = 16 the best of cuBLASLt's first eight ran qkv's input gradient (16384 x 768 x 2304) in 92.0 us
+against cuBLAS's 122.0, and fc's weight gradient (3072 x 768 x 16384) in 135.8 against 140.8
+(results/h200-session12-2026-12-01/call2, gemm_algos). Version 4 showed that one fixed choice for
+the weight gradients (no workspace, so no split-K) loses at some shapes what it wins at others;
+timing each shape's candidates, split-K among them, keeps the better at each.
 """
 preconditions = []
 
@@ -25,16 +23,18 @@ n = "C"
 k = "OC"
 dtype = "bf16"
 workspace = 0
+tune = 8
 
 [[launch]]
-library = "gemm"
+library = "gemm_lt"
 a = "dout"
 b = "inp"
-c = "dweight"
+d = "dweight"
 m = "OC"
 n = "C"
 k = "N"
 trans_a = true
 beta = 1.0
 dtype = "bf16"
+tune = 8
 */

@@ -1,4 +1,65 @@
 /*
+title = "bf16: version 5 with both GEMMs' algorithms chosen by timing (the fastest of 8 candidates each)"
+builds_on = 5
+precision = "bf16"
+changed = "Version 5's DGELU GEMM (with its workspace) and its weight gradient, now through cuBLASLt with the workspace, each with tune = 8: cuBLASLt's candidates timed at the call's shape on random scratch operands and the fastest kept (remembered per device). The column sums are version 5's own kernels, included from its file."
+why = """
+The DGELU GEMM runs at ~490 TFLOP/s in the trainer's B = 32 step on an H200 where plain GEMMs of
+its size reach 740-770; alone at B = 16 the fourth of cuBLASLt's first eight candidates took 160.6
+us against the first pick's 171.3 (results/h200-session12-2026-12-01/call2, gemm_algos). The
+weight gradient's best algorithm (split-K over the workspace or not) changes with the shape (see
+matmul_backward 5). Both are measured once per shape and device where the call is planned.
+"""
+preconditions = ["C % 8 == 0"]
+
+[derived]
+SLICES = "max(1, min(cdiv(N, 32), SMS * 4 // cdiv(C, 256)))"  # four blocks of 256 columns per SM, >= 32 rows each
+ROWS = "cdiv(N, SLICES)"
+
+[scratch]
+partial = "SLICES * C"
+
+[[launch]]
+library = "gemm_lt"
+a = "dout"
+b = "weight"
+d = "dpre"
+m = "N"
+n = "C"
+k = "OC"
+dgelu = true
+aux = "pre"
+dtype = "bf16"
+tune = 8
+
+[[launch]]
+kernel = "dgelu_column_partials5"
+grid = ["cdiv(C, 256)", "SLICES"]
+block = 256
+args = ["partial", "dpre", "N", "C", "ROWS"]
+
+[[launch]]
+kernel = "dgelu_bias_add5"
+grid = "cdiv(C, 256)"
+block = 256
+args = ["dpre_bias", "partial", "C", "SLICES"]
+
+[[launch]]
+library = "gemm_lt"
+a = "dout"
+b = "inp"
+d = "dweight"
+m = "OC"
+n = "C"
+k = "N"
+trans_a = true
+beta = 1.0
+dtype = "bf16"
+tune = 8
+*/
+// The column sums (dgelu_column_partials5, dgelu_bias_add5): version 5's kernels, unchanged.
+// ---- begin 5_cublaslt_dgelu_bf16_column_sums_at_copy_speed.cu ----
+/*
 title = "bf16: version 4 with dpre's column sums read at the copy's speed (more slices, four rows in flight)"
 builds_on = 4
 precision = "bf16"
@@ -110,6 +171,28 @@ __device__ __forceinline__ void store8_stream(bf16* p, const Pack8& x) {
 #endif  // KERNELS_COMMON_BF16_CUH
 
 // ---- end bf16.cuh ----  // bf16, Pack8, load8, to_float/to_bf16
+// ---- begin slice_sums.cuh ----
+// slice_sums.cuh: matmul_backward_dgelu 4 and 5's last step, shared by both.
+//
+// add_slice_sums(dpre_bias, partial, C, slices)
+//   dpre_bias[c] += the slices' fp32 column sums partial[k * C + c], added in slice order (the same
+//   bits every run) and rounded to bf16 once. One thread a column; call with a 1-D grid over C.
+
+#ifndef KERNELS_MATMUL_BACKWARD_DGELU_SLICE_SUMS_CUH
+#define KERNELS_MATMUL_BACKWARD_DGELU_SLICE_SUMS_CUH
+// (already included: bf16.cuh)
+
+__device__ __forceinline__ void add_slice_sums(bf16* dpre_bias, const float* partial, int C, int slices) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.f;
+    for (int k = 0; k < slices; ++k) s += partial[(size_t)k * C + c];
+    dpre_bias[c] = to_bf16(to_float(dpre_bias[c]) + s);
+}
+
+#endif  // KERNELS_MATMUL_BACKWARD_DGELU_SLICE_SUMS_CUH
+
+// ---- end slice_sums.cuh ----  // add_slice_sums
 
 // partial[s * C + c] = the sum over the rows of slice s (rows s*rows .. s*rows + rows - 1) of
 // dpre[row, c], in fp32. A block: 256 columns, eight a thread (C % 8 == 0: whole 16-byte packs),
@@ -151,12 +234,9 @@ extern "C" __global__ void dgelu_column_partials5(float* partial, const bf16* dp
     }
 }
 
-// Version 4's: dpre_bias[c] += the slices' sums, added in slice order (the same bits every run),
-// rounded once.
+// dpre_bias[c] += the slices' sums, added in slice order (the same bits every run), rounded once.
 extern "C" __global__ void dgelu_bias_add5(bf16* dpre_bias, const float* partial, int C, int slices) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.f;
-    for (int k = 0; k < slices; ++k) s += partial[(size_t)k * C + c];
-    dpre_bias[c] = to_bf16(to_float(dpre_bias[c]) + s);
+    add_slice_sums(dpre_bias, partial, C, slices);
 }
+
+// ---- end 5_cublaslt_dgelu_bf16_column_sums_at_copy_speed.cu ----
