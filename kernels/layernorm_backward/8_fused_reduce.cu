@@ -21,7 +21,7 @@ reads the rows with __ldcg (L2; L1 is not coherent across SMs). A memset zeroes 
 Determinism: the tickets decide which block does a sum, never what it adds or in which order (block
 order within a team, team order across teams), so the result depends only on G and the team size.
 No float atomics: the atomics count tickets. The code is
-kernels/layernorm_backward/last_block_reduce.cuh, shared with version 9 (bf16).
+kernels/common/last_block_reduce.cuh, shared with version 9 (bf16).
 
 Measured, the fold did not pay: the team sums run while the rest of the GPU has nothing left to
 do, which costs about what the second launch did. Kept as the lesson: a launch saved is only a win

@@ -16,7 +16,7 @@ knows all the team's rows are written: it fences again, sums them with __ldcg lo
 a stale L1 line) in block order, writes the team row, and takes a ticket on the global counter the
 same way; the last of those sums the team rows in team order. The other blocks just exit. A memset
 step zeroes the counters before every launch. The code is version 8's, in
-kernels/layernorm_backward/last_block_reduce.cuh; this file passes it the bf16 last step.
+kernels/common/last_block_reduce.cuh; this file passes it the bf16 last step.
 
 Precision and determinism, as in version 7: the sums stay fp32 all the way (partial rows, team
 rows, the final column sum), and the bf16 dweight and dbias are widened, added to in fp32 and

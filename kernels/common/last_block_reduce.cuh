@@ -1,6 +1,7 @@
-// last_block_reduce.cuh: layernorm_backward's column sums of the per-block partial rows, in the
-// same launch as the row work, by "last block done" tickets in two levels (versions 8, fp32, and
-// 9, bf16). Version 8's header tells the pattern and why it is correct and deterministic.
+// last_block_reduce.cuh: column sums of per-block partial rows in the same launch as the row work,
+// by "last block done" tickets: layernorm_backward's in two levels (versions 8, fp32, and 9, bf16;
+// version 8's header tells the pattern and why it is correct and deterministic), and
+// matmul_backward_bias 9's in one (took_last_ticket and sum_rows_in_order alone).
 //
 // Shared because the two versions reduce the same fp32 partial rows the same way; only the last
 // step differs, how a column's total goes into the gradients (fp32: added; bf16: added to the
