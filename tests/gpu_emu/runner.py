@@ -22,6 +22,7 @@ import numpy as np
 
 from workbench import expr
 from workbench.check import compare, from_storage, make_case, poison
+from workbench.compile import flatten
 from workbench.family import ARG_TYPES, BUFFER_OFFSET, EmulatorRun, Version
 from workbench.launch import ITEMSIZE
 
@@ -37,7 +38,8 @@ SHARED_DECL = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*
 
 
 def _shared_aliases(source: str) -> str:
-    """Every extern __shared__ array name but `smem`, as an alias of the emulator's array."""
+    """Every extern __shared__ array name but `smem`, as an alias of the emulator's array (`source`
+    flattened: a header's kernel body declares its own)."""
     out = []
     for typ, name in sorted(set(SHARED_DECL.findall(source))):
         if name != "smem":
@@ -55,7 +57,7 @@ def _driver_source(version: Version, arities: dict[str, int], extra: str = "") -
 #include "emu_bf16.h"
 #include "emu_mma.h"
 {extra}
-{_shared_aliases(version.path.read_text())}
+{_shared_aliases(flatten(version.path))}
 #include "{version.path}"
 #include <fstream>
 #include <sstream>
