@@ -19,7 +19,7 @@ from references_helpers import F, needs_torch, t, torch
 ATTENTION = ["attention_forward", "attention_backward", "relu_attention_forward",
              "relu_attention_backward", "trimat_forward", "permute", "unpermute"]
 ELEMENTWISE = ["residual_forward", "fused_residual_forward", "gelu_forward", "gelu_backward",
-               "layernorm_backward"]
+               "layernorm_backward", "layernorm_backward_proj_bias"]
 MATMUL = ["matmul_forward", "matmul_backward", "matmul_backward_bias", "sgemm", "matmul_forward_gelu",
           "matmul_backward_dgelu"]
 MISC = ["encoder_forward", "encoder_backward", "adamw", "global_norm", "reduce"]

@@ -217,6 +217,18 @@ def test_the_fused_mlp_runs_where_its_families_are_promoted_unless_no_fuse_gelu(
     assert HostKernels.live.program.fused == () and off["losses"] == plain["losses"]
 
 
+def test_the_fused_layernorm_backward_runs_where_promoted_but_not_under_deterministic(host_gpu, data, tmp_path,
+                                                                                      monkeypatch):
+    from train.model import FUSED_LN
+    plain = run(tmp_path, "plain", **data, batch=2, steps=3)
+    monkeypatch.setattr(Promoted, "served", (FUSED_LN,))
+    fused = run(tmp_path, "fused", **data, batch=2, steps=3, fuse_gelu=False)
+    assert HostKernels.live.program.fused == (FUSED_LN,)
+    np.testing.assert_allclose(fused["losses"], plain["losses"], rtol=1e-6)
+    run(tmp_path, "det", **data, batch=2, steps=3, deterministic=True)
+    assert HostKernels.live.program.fused == ()
+
+
 def test_accumulating_two_micro_steps_equals_a_batch_twice_as_large(host_gpu, data, tmp_path):
     micro = run(tmp_path, "micro", **data, batch=2, total_batch=2 * 2 * 8, steps=4)
     whole = run(tmp_path, "whole", **data, batch=4, steps=4)

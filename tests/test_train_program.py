@@ -377,6 +377,64 @@ def test_fused_two_micro_steps_of_b_equal_one_step_of_2b():
     np.testing.assert_allclose(a.host["grads"], b.host["grads"], rtol=1e-12, atol=1e-16)
 
 
+# -- the projections' bias gradients summed by the layernorm backward before them (FUSED_LN) ----------------
+from train.model import FUSED, FUSED_LN  # noqa: E402
+
+
+@pytest.mark.parametrize("gelu", [(), FUSED_GELU])
+def test_the_fused_layernorm_backward_takes_over_the_projections_bias_gradients(gelu):
+    """With FUSED_LN, lnf's and every ln2's and ln1's backward but layer 0's ln1 (the embedding's
+    gradient follows it, no projection) run the fused family, bound to the bias gradient of the
+    projection below: attproj's of the same layer after ln2, fcproj's of the layer below after ln1,
+    the last layer's fcproj after lnf. Those 2L matmul_backward_bias calls are gone, each of the
+    2L bias gradients has exactly one writer, and the buffers are the same."""
+    plain, fused = Program(MICRO, 2, 8, fused=gelu), Program(MICRO, 2, 8, fused=gelu + (FUSED_LN,))
+    L = MICRO.num_layers
+    assert len(fused.backward) == len(plain.backward) - 2 * L and fused.forward == plain.forward
+    assert fused.buffers == plain.buffers
+    lns = [c for c in fused.calls if c in fused.backward and c.family in ("layernorm_backward", FUSED_LN)]
+    assert [c.family for c in lns] == [FUSED_LN] * (2 * L) + ["layernorm_backward"]
+    assert lns[-1].label == "layer 0 ln1"
+    want = [fused.grad("fcprojb", L - 1)] + [g for l in reversed(range(L))
+                                             for g in (fused.grad("attprojb", l), fused.grad("fcprojb", l - 1))][:-1]
+    assert [c.args["dproj_bias"] for c in lns[:-1]] == want
+    for l in range(L):
+        for name in ("attprojb", "fcprojb"):
+            writers = [c.family for c in fused.calls for ref in c.args.values() if ref == fused.grad(name, l)]
+            assert writers == [FUSED_LN], (name, l, writers)
+    assert "matmul_backward_bias" in [c.family for c in fused.calls]  # qkv's bias keeps its own call
+    with pytest.raises(ValueError, match="fused may name .*layernorm_backward_proj_bias"):
+        Program(MICRO, 2, 8, fused=("layernorm_backward",))
+
+
+@pytest.mark.parametrize("fused", [(FUSED_LN,), FUSED], ids=["ln", "ln+gelu"])
+def test_the_fused_layernorm_step_equals_the_numpy_gpt2(fused):
+    """Through the references, the step with FUSED_LN computes the plain one's: every gradient
+    equal to the NumPy GPT-2's, the projections' bias gradients among them."""
+    B, T = 2, 8
+    plain, backend, params, tokens, targets = run_step(MICRO, B, T)
+    program = Program(MICRO, B, T, fused=fused)
+    fused_backend = ReferenceBackend(program)
+    for name in ("params", "tokens", "targets"):
+        fused_backend.host[name][:] = backend.host[name]
+    backend.run(plain.forward + plain.loss + plain.backward)
+    fused_backend.run(program.forward + program.loss + program.backward)
+    np.testing.assert_allclose(fused_backend.host["grads"], backend.host["grads"], rtol=1e-12, atol=1e-14)
+    for name in ("attprojb", "fcprojb"):
+        assert np.abs(fused_backend.view(program.grad(name, 0))).max() > 0, name
+    want = gpt2_forward(params, MICRO, tokens, targets)
+    np.testing.assert_allclose(fused_backend.host["grads"], gpt2_backward(params, MICRO, want["acts"]), rtol=1e-10, atol=1e-12)
+
+
+def test_fused_layernorm_two_micro_steps_of_b_equal_one_step_of_2b():
+    """The projections' bias gradients accumulate across micro-steps (dproj_bias +=)."""
+    params = fresh_init(MICRO, 0) + np.random.default_rng(1).normal(0, 0.05, layout(MICRO).total)
+    tokens, targets = batch(4)
+    (pa,), (a,) = one_optimizer_step(2, 8, tokens, targets, params, micro_steps=2, fused=FUSED)
+    (pb,), (b,) = one_optimizer_step(4, 8, tokens, targets, params)
+    np.testing.assert_allclose(a.host["grads"], b.host["grads"], rtol=1e-12, atol=1e-16)
+
+
 # -- --recompute: activations refilled in the backward instead of kept per layer ---------------------------
 from train.backends import GiB, HEADROOM, check_fits  # noqa: E402
 from train.errors import TrainError  # noqa: E402

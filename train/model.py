@@ -281,10 +281,21 @@ class ProgramPasses:
             out.append(Call("matmul_backward_bias", {**bt, "OC": oc}, {"dbias": db, "dout": dout}, label=label + " bias"))
         return out
 
-    def _ln_back(self, dw, db, inp, w, mean, rstd, label) -> Call:
-        return Call("layernorm_backward", {**self._bt, "C": self.config.channels},
-                    {"dinp": self.at("dresidual"), "dweight": dw, "dbias": db, "dout": self.at("dln"),
-                     "inp": inp, "weight": w, "mean": mean, "rstd": rstd}, label=label)
+    def _ln_back(self, dw, db, inp, w, mean, rstd, label, proj_bias: Slice | None = None) -> Call:
+        """A layernorm's backward into dresidual. proj_bias: the bias gradient of the projection whose
+        output gradient dresidual is once this call has added into it; with FUSED_LN in `fused` this
+        call sums it too (and _proj_bias gives None), otherwise the projection's matmul_backward_bias does."""
+        args = {"dinp": self.at("dresidual"), "dweight": dw, "dbias": db, "dout": self.at("dln"),
+                "inp": inp, "weight": w, "mean": mean, "rstd": rstd}
+        if proj_bias is not None and FUSED_LN in self.fused:
+            return Call(FUSED_LN, {**self._bt, "C": self.config.channels}, {**args, "dproj_bias": proj_bias},
+                        label=label + " (+ the projection's bias gradient)")
+        return Call("layernorm_backward", {**self._bt, "C": self.config.channels}, args, label=label)
+
+    def _proj_bias(self, name: str, layer: int) -> Slice | None:
+        """The bias gradient a projection's matmul_backward_bias adds, or None where the layernorm
+        backward before it (in the backward's order) sums it (FUSED_LN)."""
+        return None if FUSED_LN in self.fused else self.grad(name, layer)
 
     def _build_forward(self) -> None:
         C, L, T, Vp = self.config.channels, self.config.num_layers, self.T, self.config.padded_vocab_size
@@ -344,7 +355,7 @@ class ProgramPasses:
         b.append(Zero(at("dresidual"), "zero dresidual"))
         b += self._mm_back(at("dln"), grad("wte"), None, at("logits"), at("lnf"), param("wte"), C, Vp, "lm head")
         b.append(self._ln_back(grad("lnfw"), grad("lnfb"), at("residual3", L - 1), param("lnfw"), at("lnf_mean"),
-                               at("lnf_rstd"), "lnf"))
+                               at("lnf_rstd"), "lnf", proj_bias=grad("fcprojb", L - 1)))
         for layer in reversed(range(L)):
             b += self._recomputing(layer, self._backward_layer(layer))
         b.append(Call("encoder_backward", {**self._bt, "C": C, "V": Vp},
@@ -359,10 +370,10 @@ class ProgramPasses:
         # dresidual holds d(residual3[l]): the MLP branch
         b = self._mlp_backward(l)
         b.append(ln_back(grad("ln2w", l), grad("ln2b", l), at("residual2", l), param("ln2w", l), at("ln2_mean", l),
-                         at("ln2_rstd", l), f"layer {l} ln2"))
+                         at("ln2_rstd", l), f"layer {l} ln2", proj_bias=grad("attprojb", l)))
         # now dresidual holds d(residual2[l]): the attention branch
-        b += mm_back(at("datty"), grad("attprojw", l), grad("attprojb", l), at("dresidual"), at("atty", l),
-                     param("attprojw", l), C, C, f"layer {l} attproj")
+        b += mm_back(at("datty"), grad("attprojw", l), self._proj_bias("attprojb", l), at("dresidual"),
+                     at("atty", l), param("attprojw", l), C, C, f"layer {l} attproj")
         att_args = {"dqkv": at("dqkv"), "dout": at("datty"), "qkv": at("qkv", l)}
         if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
             att_args.update(out=at("atty", l), lse=at("lse", l))
@@ -370,7 +381,7 @@ class ProgramPasses:
         b += mm_back(at("dln"), grad("qkvw", l), grad("qkvb", l), at("dqkv"), at("ln1", l), param("qkvw", l), C, 3 * C,
                      f"layer {l} qkv")
         b.append(ln_back(grad("ln1w", l), grad("ln1b", l), self._residual_of(l), param("ln1w", l), at("ln1_mean", l),
-                         at("ln1_rstd", l), f"layer {l} ln1"))
+                         at("ln1_rstd", l), f"layer {l} ln1", proj_bias=grad("fcprojb", l - 1) if l else None))
         # now dresidual holds d(residual entering layer l)
         return b
 
@@ -401,8 +412,12 @@ class ProgramPasses:
 
 
 # The fused families the MLP may run in place of matmul + GELU (forward) and matmul backward + GELU
-# backward + the fc bias gradient (backward): Program(fused=...) names the ones to use.
+# backward + the fc bias gradient (backward), and the layernorm backward that also takes the bias
+# gradient of the projection below it (attproj's, the layer below's fcproj's) in place of that
+# projection's matmul_backward_bias: Program(fused=...) names the ones to use.
 FUSED_GELU = ("matmul_forward_gelu", "matmul_backward_dgelu")
+FUSED_LN = "layernorm_backward_proj_bias"
+FUSED = FUSED_GELU + (FUSED_LN,)
 
 
 class ProgramMLP:
@@ -430,10 +445,11 @@ class ProgramMLP:
                          {"dpre": at("dfch"), "dpre_bias": grad("fcb", l), "dweight": grad("fcprojw", l),
                           "dout": at("dresidual"), "inp": at("fch_gelu", l), "pre": at("fch", l),
                           "weight": param("fcprojw", l)}, self._tf32, f"layer {l} fcproj+gelu")
-            fcproj_bias = Call("matmul_backward_bias", {**self._bt, "OC": C},
-                               {"dbias": grad("fcprojb", l), "dout": at("dresidual")}, label=f"layer {l} fcproj bias")
-            return [fcproj, fcproj_bias, fc_back[0]]  # fc_back[1], fc's bias gradient, is done
-        b = mm_back(at("dfch_gelu"), grad("fcprojw", l), grad("fcprojb", l), at("dresidual"), at("fch_gelu", l),
+            fcproj_bias = self._proj_bias("fcprojb", l)
+            bias = [Call("matmul_backward_bias", {**self._bt, "OC": C}, {"dbias": fcproj_bias, "dout": at("dresidual")},
+                         label=f"layer {l} fcproj bias")] if fcproj_bias is not None else []
+            return [fcproj, *bias, fc_back[0]]  # fc_back[1], fc's bias gradient, is done
+        b = mm_back(at("dfch_gelu"), grad("fcprojw", l), self._proj_bias("fcprojb", l), at("dresidual"), at("fch_gelu", l),
                     param("fcprojw", l), 4 * C, C, f"layer {l} fcproj")
         b.append(Call("gelu_backward", {**self._bt, "C": 4 * C},
                       {"dinp": at("dfch"), "inp": at("fch", l), "dout": at("dfch_gelu")}, label=f"layer {l} gelu"))
@@ -550,8 +566,8 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
     micro_steps and world fold the mean over the optimizer step into the classifier's dloss;
     rank and zero place this rank's optimizer shard; weight_decay (a bool: the rate itself is a
     device scalar) splits the update so only the 2-D weights decay; grad_clip is AdamW's max_norm
-    (0: no clipping, and no norm computed); fused names the families of FUSED_GELU the MLP uses
-    (ProgramMLP); recompute (0, 1, 2) which activations the backward recomputes instead of keeping
+    (0: no clipping, and no norm computed); fused names the families of FUSED the step uses (the
+    MLP's, ProgramMLP; the layernorm backward's, _ln_back); recompute (0, 1, 2) which activations the backward recomputes instead of keeping
     them per layer (RECOMPUTED)."""
 
     def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
@@ -562,9 +578,9 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
             raise ValueError(f"attention must be one of {', '.join(ATTENTION)}")
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
-        unknown = sorted(set(fused) - set(FUSED_GELU))
+        unknown = sorted(set(fused) - set(FUSED))
         if unknown:
-            raise ValueError(f"fused may name {', '.join(FUSED_GELU)}, not {', '.join(unknown)}")
+            raise ValueError(f"fused may name {', '.join(FUSED)}, not {', '.join(unknown)}")
         if recompute not in RECOMPUTED:
             raise ValueError(f"recompute must be one of {', '.join(map(str, RECOMPUTED))}")
         self.precision, self.fused = precision, tuple(fused)
@@ -637,7 +653,7 @@ def promotion_sizes(family_name: str, family_sizes: tuple[str, ...]) -> list[dic
     out: list[dict[str, int]] = []
     for kind in ("softmax", "relu"):  # the two sets of attention families (flash and cudnn: softmax's)
         program = Program(preset(PROMOTION_SHAPES["config"]), PROMOTION_SHAPES["B"], PROMOTION_SHAPES["T"], kind,
-                          fused=FUSED_GELU if family_name in FUSED_GELU else ())
+                          fused=FUSED if family_name in FUSED else ())
         for sizes in program.family_sizes().get(family_name, []):
             own = {k: v for k, v in sizes.items() if k in family_sizes}
             if own not in out:

@@ -42,7 +42,7 @@ from .data import TrainData, ValData, window
 from .distributed import drain_output
 from .config import EOT, GPT2Config, PRESETS, preset
 from .errors import TrainError
-from .model import FUSED_GELU, Program, flops_per_token, memory_groups
+from .model import FUSED_GELU, FUSED_LN, Program, flops_per_token, memory_groups
 from .options import Run, TrainOptions  # noqa: F401  (TrainOptions: the trainer's options, re-exported)
 from .params import fresh_init
 
@@ -95,8 +95,11 @@ class Trainer:
         self.drv = drv
         self.M = self.run.micro_steps
         self.promoted = PromotedSet(deterministic=o.deterministic)
-        # The fused fc + GELU families run where a version of them is promoted at the precision.
-        fused = tuple(f for f in FUSED_GELU if o.fuse_gelu and self.promoted.serves(f, o.precision))
+        # The fused fc + GELU families run where a version of them is promoted at the precision (unless
+        # --no-fuse-gelu); the layernorm backward with the projections' bias gradients likewise, but not
+        # under --deterministic (its versions total their column sums by float atomics).
+        wanted = (FUSED_GELU if o.fuse_gelu else ()) + (() if o.deterministic else (FUSED_LN,))
+        fused = tuple(f for f in wanted if self.promoted.serves(f, o.precision))
         self.program = Program(self.config, o.batch, o.seq, o.attention, o.tf32, micro_steps=self.M, world=d.world,
                                rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
                                precision=o.precision, fused=fused, recompute=o.recompute)
@@ -381,7 +384,8 @@ def _notes(trainer: Trainer, run: Run, ui) -> None:
         ui.note(f"{key}: the promoted {why}: runs version {e['version']} ({e['title']}), its fallback")
     for family in p.fused:
         e = trainer.promoted.entry(family, p.precision)
-        ui.note(f"--fuse-gelu: {family} version {e['version']} ({e['title']})")
+        why = "--fuse-gelu" if family in FUSED_GELU else "fused (not under --deterministic)"
+        ui.note(f"{why}: {family} version {e['version']} ({e['title']})")
     if run.resume:
         ui.note(f"resuming {run.resume.model} at step {run.resume.step}")
     grace = os.environ.get("OMPI_MCA_odls_base_sigkill_timeout")
