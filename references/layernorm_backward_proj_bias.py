@@ -11,7 +11,7 @@ fcproj), whose bias gradient is its sum over the rows. Per row of C channels, as
 Unfused this is layernorm_backward, then matmul_backward_bias reading dinp back.
 """
 
-from references.layernorm_backward import layernorm_backward, prepare, torch_layernorm_backward
+from references.layernorm_backward import layernorm_backward, prepare
 
 __all__ = ["layernorm_backward_proj_bias", "prepare", "torch_layernorm_backward_proj_bias"]
 
@@ -23,6 +23,12 @@ def layernorm_backward_proj_bias(dinp, dweight, dbias, dproj_bias, dout, inp, we
 
 
 def torch_layernorm_backward_proj_bias(dinp, dweight, dbias, dproj_bias, dout, inp, weight, mean, rstd):
-    """PyTorch's equivalent: layernorm_backward's (aten's LayerNorm backward), then the column sums."""
-    dx, dw, db = torch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd)
-    return dx, dw, db, dproj_bias + dx.reshape(-1, dx.shape[-1]).sum(0)
+    """PyTorch's equivalent: layernorm_backward's (aten's LayerNorm backward and the add), then the
+    column sums of the new dinp, taken in fp32 before its rounding (bf16 tensors: summing the
+    rounded dinp errs by up to 1.33 at B = 8, T = 1024, past the contract's 1e-2; see family.toml)."""
+    import torch
+    C = inp.shape[-1]
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+        dout, inp, [C], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight, weight, [True, True, True])
+    new = dinp.float() + dx.float()
+    return new.to(dinp.dtype), dweight + dw, dbias + db, (dproj_bias.float() + new.reshape(-1, C).sum(0)).to(dinp.dtype)

@@ -1,14 +1,18 @@
 /*
-title = "bf16: version 5 with both GEMMs' algorithms chosen by timing (the fastest of 8 candidates each)"
-builds_on = 5
+title = "bf16: a plain tuned GEMM, then gelu' applied in place in the pass that takes the column sums"
+builds_on = 6
 precision = "bf16"
-changed = "Version 5's DGELU GEMM (with its workspace) and its weight gradient, now through cuBLASLt with the workspace, each with tune = 8: cuBLASLt's candidates timed at the call's shape on random scratch operands and the fastest kept (remembered per device). The column sums are version 5's own kernels, included from its file."
+changed = "The input gradient's GEMM has no epilogue: cuBLASLt writes dout @ weight (rounded to bf16) into dpre, its algorithm chosen by timing as in version 6. One kernel then reads that and pre, writes dpre = gelu'(pre) * it in place and sums the dpre it wrote into version 5's column partials; version 5's slice add and version 6's weight gradient follow unchanged."
 why = """
-The DGELU GEMM runs at ~490 TFLOP/s in the trainer's B = 32 step on an H200 where plain GEMMs of
-its size reach 740-770; alone at B = 16 the fourth of cuBLASLt's first eight candidates took 160.6
-us against the first pick's 171.3 (results/h200-session12-2026-12-01/call2, gemm_algos). The
-weight gradient's best algorithm (split-K over the workspace or not) changes with the shape (see
-matmul_backward 5). Both are measured once per shape and device where the call is planned.
+In the B = 16 step on an H200 (results/h200-session13-2026-12-01/call4) the DGELU GEMM is one
+of cuBLASLt's older sm90_xmma kernels (128x128 tiles, no overlapped epilogue): 159 us a layer
+for 77 GFLOP, ~490 TFLOP/s, where plain GEMMs of the same size run nvjet kernels at 740 or more.
+Without the epilogue the GEMM can take those. The price is bytes: the GEMM writes 2 bytes an
+element, and the column-sum pass, which read dpre (2 bytes), now reads the GEMM's output and pre
+and writes dpre (6 bytes): 300 MB a layer at B = 16 instead of 100, ~50 us more at the copy's
+speed, against the ~55 us the GEMM should gain. This version measures whether that trade wins.
+Numerically it is the unfused trainer's order (matmul_backward rounds dout @ weight to bf16, then
+gelu_backward rounds the product): two roundings of dpre where version 6 has one.
 """
 preconditions = ["C % 8 == 0"]
 
@@ -27,16 +31,14 @@ d = "dpre"
 m = "N"
 n = "C"
 k = "OC"
-dgelu = true
-aux = "pre"
 dtype = "bf16"
 tune = 8
 
 [[launch]]
-kernel = "dgelu_column_partials5"
+kernel = "dgelu_in_place_partials7"
 grid = ["cdiv(C, 256)", "SLICES"]
 block = 256
-args = ["partial", "dpre", "N", "C", "ROWS"]
+args = ["partial", "dpre", "pre", "N", "C", "ROWS"]
 
 [[launch]]
 kernel = "dgelu_bias_add5"
@@ -57,7 +59,7 @@ beta = 1.0
 dtype = "bf16"
 tune = 8
 */
-// The column sums (dgelu_column_partials5, dgelu_bias_add5): version 5's kernels, unchanged.
+// The slice add (dgelu_bias_add5): version 5's kernel, included from its file.
 // ---- begin 5_cublaslt_dgelu_bf16_column_sums_at_copy_speed.cu ----
 /*
 title = "bf16: version 4 with dpre's column sums read at the copy's speed (more slices, four rows in flight)"
@@ -240,3 +242,97 @@ extern "C" __global__ void dgelu_bias_add5(bf16* dpre_bias, const float* partial
 }
 
 // ---- end 5_cublaslt_dgelu_bf16_column_sums_at_copy_speed.cu ----
+// ---- begin gelu.cuh ----
+// gelu.cuh: the tanh-approximation GELU and its derivative, for gelu_forward and gelu_backward.
+//
+// Shared because every version of both families carried the same constants and formulas; what
+// the versions change is how elements reach them (packing, unrolling), not the math.
+//
+// gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+//   Written as x / (1 + exp(-2u)), since 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)): under
+//   --use_fast_math tanhf is the hardware tanh.approx.f32 (relative error about 2^-11, far outside
+//   the 1e-5 tolerance), while the fast exp is good to a few ulp, and the logistic form has no
+//   cancellation for negative x. The exponent is clamped at 80, so exp never overflows.
+// gelu_grad(x) = d gelu / dx
+//   With s = 1 / (1 + e), e = exp(-2u): 1 - tanh^2(u) = 4 s (1 - s) and 1 - s = e s, so
+//   gelu'(x) = s + 2 x s (e s) u'. 1 - tanh^2 computed directly would cancel catastrophically
+//   in the tails; e * s does not, and the clamp keeps e finite so e * s is never inf * 0.
+
+#ifndef KERNELS_COMMON_GELU_CUH
+#define KERNELS_COMMON_GELU_CUH
+
+constexpr float GELU_SCALE = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float GELU_CUBIC = 0.044715f;
+
+__device__ __forceinline__ float gelu(float x) {
+    float u = GELU_SCALE * (x + GELU_CUBIC * x * x * x);
+    return x / (1.0f + __expf(fminf(-2.0f * u, 80.0f)));
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+    float x2 = x * x;
+    float u = GELU_SCALE * (x + GELU_CUBIC * x2 * x);
+    float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBIC * x2);
+    float e = __expf(fminf(-2.0f * u, 80.0f));
+    float s = 1.0f / (1.0f + e);
+    return s + 2.0f * x * s * (e * s) * du;
+}
+
+#endif  // KERNELS_COMMON_GELU_CUH
+
+// ---- end gelu.cuh ----  // gelu_grad
+
+// One row's eight columns: dpre (holding dout @ weight) becomes gelu'(pre) * dpre, rounded to
+// bf16 and stored back; the rounded values are what the column sums add (the bias gradient of the
+// dpre every later call reads).
+__device__ __forceinline__ void dgelu_pack7(float (&s)[8], bf16* at, const Pack8& g, const Pack8& p) {
+    Pack8 d;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        d.v[j] = to_bf16(gelu_grad(to_float(p.v[j])) * to_float(g.v[j]));
+        s[j] += to_float(d.v[j]);
+    }
+    store8(at, d);
+}
+
+// partial[s * C + c] = the sum over the rows of slice s of the new dpre[row, c], in fp32, as
+// dgelu_column_partials5 takes it (the same grid, the same row order within a warp), with each
+// row's dpre made first: a block holds 256 columns (eight a thread, C % 8 == 0), its eight warps
+// take every eighth row of the slice, and a warp loads four rows of both inputs before it works on
+// any. Each element is read and written by the one thread that owns it, so in place is safe.
+extern "C" __global__ void dgelu_in_place_partials7(float* partial, bf16* dpre, const bf16* pre, int N, int C,
+                                                    int rows) {
+    __shared__ float sums[8][32][8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int c = blockIdx.x * 256 + 8 * lane;
+    const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (c < C) {
+        int r = r0 + warp;
+        for (; r + 24 < r1; r += 32) {
+            Pack8 g[4], p[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const size_t at = (size_t)(r + 8 * u) * C + c;
+                g[u] = load8(dpre + at);
+                p[u] = load8(pre + at);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) dgelu_pack7(s, dpre + (size_t)(r + 8 * u) * C + c, g[u], p[u]);
+        }
+        for (; r < r1; r += 8) {
+            const size_t at = (size_t)r * C + c;
+            dgelu_pack7(s, dpre + at, load8(dpre + at), load8(pre + at));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sums[warp][lane][j] = s[j];
+    __syncthreads();
+    if (warp == 0 && c < C) {
+        for (int j = 0; j < 8; ++j) {
+            float t = sums[0][lane][j];
+            for (int w = 1; w < 8; ++w) t += sums[w][lane][j];
+            partial[(size_t)blockIdx.y * C + c + j] = t;
+        }
+    }
+}
