@@ -146,7 +146,9 @@ class TrainOptions:
                                   "done` finishes a run that keeps being killed.")
     deterministic: bool = opt(False, "--deterministic", is_flag=True,
                               help="Bit-identical runs: families promoted with float atomics run their promoted "
-                                   "deterministic stand-in.")
+                                   "deterministic stand-in, and the layernorm backward that also sums the "
+                                   "projections' bias gradients (layernorm_backward_proj_bias, atomics only) gives "
+                                   "way to layernorm_backward and matmul_backward_bias.")
     fuse_gelu: bool = opt(True, "--fuse-gelu/--no-fuse-gelu",
                           help="The MLP's fc layer and GELU as one GEMM with the GELU in its epilogue, and their "
                                "backward likewise (matmul_forward_gelu, matmul_backward_dgelu), where a version of "
