@@ -6,7 +6,8 @@
   scheduler (PRIORITY: one warp races ahead, so a missing barrier shows; SHUFFLE: warps in step),
   the block order (a "last block done" ticket won by other blocks) and the multiprocessor count
   (1: persistent loops run many passes). Every output element is compared with the float64
-  reference at the version's tolerance. Cases whose sizes are large are `slow` (conftest.py);
+  reference at the version's tolerance. Cases whose sizes are large are `slow` (conftest.py), and
+  so are a version's cases after the first of each kind of run (another seed, block size or size);
 * the emulator itself: a missing __syncthreads shows, and its block votes
   (__syncthreads_count/_or/_and) count.
 

@@ -20,14 +20,14 @@ from references_helpers import needs_torch, torch
 FAMILY = Project(ROOT).family("softmax_forward")
 
 
-def test_version_10_does_not_spill(nvcc):
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])  # sm_80 with the slow cases (conftest.py)
+def test_version_10_does_not_spill(nvcc, arch):
     """Its rows live in registers: a spill would put them in local memory (i.e. DRAM) instead."""
     v = FAMILY.version(10)
-    for arch in ("sm_80", "sm_90"):
-        resources, _ = compile_only(v.path, arch)
-        for kernel in v.kernels:
-            r = resources[kernel]
-            assert r.spill_stores == 0 and r.spill_loads == 0, (arch, kernel, r.line())
+    resources, _ = compile_only(v.path, arch)
+    for kernel in v.kernels:
+        r = resources[kernel]
+        assert r.spill_stores == 0 and r.spill_loads == 0, (arch, kernel, r.line())
 
 
 # -- the reference ---------------------------------------------------------------------------------
