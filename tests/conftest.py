@@ -29,6 +29,23 @@ def project_with(root: Path, family: str, versions: bool = True) -> Path:
     return fam_dir
 
 
+def pytest_configure(config):
+    """With -n and no --dist of its own, the run's cases are shared out by `worksteal` rather than
+    pytest-xdist's `load`, which hands each worker a chunk: the other worker, done, then waits
+    for the last chunk's emulator builds and nvcc calls, seconds each (a minute or more of a run
+    of four). `worksteal` (pytest-xdist 3.2) lets an idle worker take the other's queued cases."""
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", None) != "load":
+        return
+    args = [*config.invocation_params.args, *config.getini("addopts"), *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    if any(a in ("-d", "--dist") or a.startswith("--dist=") for a in args):
+        return  # asked for
+    try:
+        from xdist.scheduler import WorkStealingScheduling  # noqa: F401
+    except ImportError:
+        return
+    config.option.dist = "worksteal"
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_available() -> str | None:
     """None when a CUDA GPU is usable through PyCUDA, else why not."""
