@@ -94,6 +94,10 @@ def test_deterministic_runs_use_the_promoted_stand_in_of_a_family_with_atomics(k
     with pytest.raises(TrainError, match="--deterministic: the promoted global_norm .* run `workbench promote "
                                          "global_norm 3 --deterministic`"):
         det.entry("global_norm")
+    # serves: what entry() finds; an optional (fused) family with atomics and no stand-in does not serve
+    assert plain.serves("global_norm") and not det.serves("global_norm")
+    assert det.serves("encoder_backward") and det.serves("layernorm_backward") and det.serves("layernorm_forward")
+    assert not plain.serves("no_such_family")
 
 
 @pytest.mark.parametrize("precision, attention", [("bf16", "flash"), ("bf16", "cudnn"), ("fp32", "flash")])

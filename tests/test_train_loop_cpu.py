@@ -116,13 +116,15 @@ class Promoted:
     served: tuple = ()  # the optional (fused) families promoted, where a test sets them
 
     def __init__(self, deterministic=False):
-        pass
+        self.deterministic = deterministic
+
+    atomic: tuple = ()  # the served families whose versions add with atomics and have no stand-in
 
     def stand_ins(self, families, precision="fp32"):
         return {}
 
-    def serves(self, family, precision="fp32"):
-        return family in self.served
+    def serves(self, family, precision="fp32"):  # PromotedSet.serves' rule (tests/test_promote.py)
+        return family in self.served and not (self.deterministic and family in self.atomic)
 
     def entry(self, family, precision="fp32"):
         return {"family": family, "version": 2, "title": "a host stand-in"}
@@ -222,6 +224,7 @@ def test_the_fused_layernorm_backward_runs_where_promoted_but_not_under_determin
     from train.model import FUSED_LN
     plain = run(tmp_path, "plain", **data, batch=2, steps=3)
     monkeypatch.setattr(Promoted, "served", (FUSED_LN,))
+    monkeypatch.setattr(Promoted, "atomic", (FUSED_LN,))
     fused = run(tmp_path, "fused", **data, batch=2, steps=3, fuse_gelu=False)
     assert HostKernels.live.program.fused == (FUSED_LN,)
     np.testing.assert_allclose(fused["losses"], plain["losses"], rtol=1e-6)

@@ -92,9 +92,13 @@ class PromotedSet:
         return str(good[-1]) if good and any(not v.deterministic for v in versions) else "VERSION"
 
     def serves(self, family: str, precision: str = "fp32", variant: str | None = None) -> bool:
-        """Whether a version of `family` (or its `variant`) is promoted at `precision` (the fused
-        families and the variants are optional)."""
-        return entry_key(family, precision, variant) in self.manifest
+        """Whether a version of `family` (or its `variant`) is promoted at `precision` and can serve
+        this set, i.e. entry() finds one: with deterministic=True an entry adding floats with atomics
+        serves only where its deterministic stand-in is promoted (the fused families and the
+        variants are optional)."""
+        main = self.manifest.get(entry_key(family, precision, variant))
+        return main is not None and (not self.deterministic or is_deterministic(main)
+                                     or entry_key(family, precision, DETERMINISTIC) in self.manifest)
 
     def stand_ins(self, families, precision: str = "fp32") -> dict[str, dict]:
         """family -> the @deterministic entry that serves it in place of its promoted version."""

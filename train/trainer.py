@@ -95,10 +95,10 @@ class Trainer:
         self.drv = drv
         self.M = self.run.micro_steps
         self.promoted = PromotedSet(deterministic=o.deterministic)
-        # The fused fc + GELU families run where a version of them is promoted at the precision (unless
-        # --no-fuse-gelu); the layernorm backward with the projections' bias gradients likewise, but not
-        # under --deterministic (its versions total their column sums by float atomics).
-        wanted = (FUSED_GELU if o.fuse_gelu else ()) + (() if o.deterministic else (FUSED_LN,))
+        # The fused families run where the promoted set can serve them at the precision (under
+        # --deterministic not one whose version adds with atomics and has no stand-in, as the layernorm
+        # backward with the projections' bias gradients); the fc + GELU ones unless --no-fuse-gelu.
+        wanted = (FUSED_GELU if o.fuse_gelu else ()) + (FUSED_LN,)
         fused = tuple(f for f in wanted if self.promoted.serves(f, o.precision))
         self.program = Program(self.config, o.batch, o.seq, o.attention, o.tf32, micro_steps=self.M, world=d.world,
                                rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
