@@ -212,9 +212,11 @@ def test_a_step_over_ranks_equals_one_step_of_their_whole_batch(world, micro_ste
         assert programs[0].padded_params % (world * 128) == 0
 
 
-def test_gradient_buckets_cover_every_parameter_once_after_its_last_writer():
+@pytest.mark.parametrize("fused", [(), "all"], ids=["plain", "fused"])  # fused: FUSED_LN moves the proj biases' writers
+def test_gradient_buckets_cover_every_parameter_once_after_its_last_writer(fused):
+    from train.model import FUSED
     for zero, world in ((0, 1), (1, 3)):
-        p = Program(preset("tiny"), 2, 8, zero=zero, world=world, bucket_elems=5_000)
+        p = Program(preset("tiny"), 2, 8, zero=zero, world=world, bucket_elems=5_000, fused=FUSED if fused else ())
         covered = np.zeros(p.num_params, dtype=int)
         backward = p.reduced_backward
         assert isinstance(backward[-1], Join) and [s for s in backward if not isinstance(s, COLLECTIVES)] == p.backward
@@ -424,6 +426,18 @@ def test_the_fused_layernorm_step_equals_the_numpy_gpt2(fused):
         assert np.abs(fused_backend.view(program.grad(name, 0))).max() > 0, name
     want = gpt2_forward(params, MICRO, tokens, targets)
     np.testing.assert_allclose(fused_backend.host["grads"], gpt2_backward(params, MICRO, want["acts"]), rtol=1e-10, atol=1e-12)
+
+
+def test_fused_layernorm_two_ranks_equal_one_rank_of_2b():
+    """On two ranks the bias gradients FUSED_LN sums are reduced like the rest (their buckets close
+    after the layernorm backward that finishes them): both ranks' updated parameters are the one rank's."""
+    params = fresh_init(MICRO, 0) + np.random.default_rng(1).normal(0, 0.05, layout(MICRO).total)
+    tokens, targets = batch(4)
+    programs, backends = one_optimizer_step(2, 8, tokens, targets, params, world=2, fused=FUSED)
+    (single,), (one,) = one_optimizer_step(4, 8, tokens, targets, params)
+    P = single.num_params
+    for b in backends:
+        np.testing.assert_allclose(b.host["params"][:P], one.host["params"][:P], rtol=1e-9, atol=1e-13)
 
 
 def test_fused_layernorm_two_micro_steps_of_b_equal_one_step_of_2b():
