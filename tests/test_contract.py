@@ -87,6 +87,11 @@ def test_a_malformed_contract_names_the_problem(tmp_path, broken, message):
     (GOOD_VERSION.replace("/*", "// no header"), "opens with a /\\* ... \\*/ comment"),
     (GOOD_VERSION.replace('kernel = "k"', 'kernel = "k"\nmemset = "y"'), "exactly one of"),
     (GOOD_VERSION.replace('title = "plain"', 'title = "plain'), "not valid TOML"),
+    (GOOD_VERSION.replace('args = ["y", "x", "N"]', 'args = ["tma:z, N, 1, 8, 8", "y", "x", "N"]'),
+     "'z' is not one of the version's buffers"),
+    (GOOD_VERSION.replace('args = ["y", "x", "N"]', 'args = ["tma:x, N, 1, 8", "y", "x", "N"]'),
+     "tma:BUFFER, ROWS, COLS, BOX_ROWS, BOX_COLS"),
+    (GOOD_VERSION.replace('args = ["y", "x", "N"]', 'args = ["tma:x, M, 1, 8, 8", "y", "x", "N"]'), "unknown name"),
 ])
 def test_a_malformed_version_header_names_the_problem(tmp_path, broken, message):
     project = make_project(tmp_path, versions={"1_plain.cu": broken})

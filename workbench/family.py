@@ -770,11 +770,27 @@ ARG_TYPES = {"i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f32": "f", "f64": 
 BUFFER_OFFSET = re.compile(r"^\s*(\w+)\s*\[(.+)\]\s*$")
 
 
+def tensor_map_arg(text: str) -> tuple[str, tuple[str, ...]] | None:
+    """A `tma:BUFFER, ROWS, COLS, BOX_ROWS, BOX_COLS` argument as (BUFFER, its four expressions),
+    None for any other kind (workbench/tensor_maps.py says what the map is)."""
+    prefix, colon, rest = str(text).strip().partition(":")
+    if not colon or prefix.strip() != "tma":
+        return None
+    parts = tuple(p.strip() for p in rest.split(","))
+    if len(parts) != 5 or not all(parts):
+        raise ContractError(f"argument {text!r}: a tensor map is tma:BUFFER, ROWS, COLS, BOX_ROWS, BOX_COLS")
+    return parts[0], parts[1:]
+
+
 def strip_arg(text: str, buffers: set[str]) -> str:
     """The expression part of a kernel argument ('' for a plain buffer)."""
     text = text.strip()
     if text in buffers:
         return ""
+    if (tma := tensor_map_arg(text)) is not None:
+        if tma[0] not in buffers:
+            raise ContractError(f"argument {text!r}: {tma[0]!r} is not one of the version's buffers")
+        return " + ".join(f"({e})" for e in tma[1])
     m = BUFFER_OFFSET.match(text)
     if m and m.group(1) in buffers:
         return m.group(2)

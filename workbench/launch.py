@@ -16,7 +16,7 @@ import numpy as np
 
 from . import expr
 from .errors import ContractError
-from .family import ARG_TYPES, BUFFER_OFFSET, Version
+from .family import ARG_TYPES, BUFFER_OFFSET, Version, tensor_map_arg
 
 ITEMSIZE = {"f32": 4, "i32": 4, "bf16": 2}
 MAX_STATIC_SHARED = 48 * 1024
@@ -94,6 +94,13 @@ def _resolve(text: Any, env: Mapping[str, Any], buffers: Mapping[str, DeviceBuff
     s = str(text).strip()
     if s in buffers:
         return "P", buffers[s].ptr
+    if (tma := tensor_map_arg(s)) is not None:
+        from . import tensor_maps
+        buf = buffers[tma[0]]
+        rows, cols, box_rows, box_cols = (expr.evaluate_int(e, env, f"tensor map {tma[0]}") for e in tma[1])
+        if rows * cols * ITEMSIZE[buf.dtype] > buf.nbytes:
+            raise LaunchConfigError(f"tensor map of {tma[0]}: {rows} x {cols} is more than its {buf.nbytes} bytes")
+        return "P", tensor_maps.on_device(tensor_maps.encode(buf.ptr, rows, cols, box_rows, box_cols, buf.dtype))
     m = BUFFER_OFFSET.match(s)
     if m and m.group(1) in buffers:
         return "P", buffers[m.group(1)].at(expr.evaluate_int(m.group(2), env, "buffer offset"))
