@@ -28,9 +28,7 @@ block = 384
 shared = "1024 + 4 * (128 + 192) * 128 + 16 * 4 + 2 * 64 * 400"
 args = ["tma:inp, N, C, 128, 64", "tma:weight, OC, C, 96, 64", "out", "pre", "bias", "N", "OC", "C"]
 */
-#include "gelu_epilogue.cuh"  // store_rows, staged_row
-#include "gemm_wgmma.cuh"     // GemmRing, TmaMap
-#include "mma.cuh"            // smem_addr
+#include "gelu_gemm.cuh"  // gelu_gemm: the main loop (gemm_wgmma.cuh) and the staged epilogue
 
 constexpr int TILE_N = 192;  // a tile's columns (its rows: 128)
 constexpr int STAGES = 4;    // k-steps of 64 in flight
@@ -45,26 +43,7 @@ extern "C" __global__ void PAIRS __launch_bounds__(384, 1)
 matmul_forward_gelu8(const TmaMap* map_inp, const TmaMap* map_weight, bf16* out, bf16* pre, const bf16* bias, int M,
                      int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ float4 smem4[];
-    GemmRing<TILE_N, STAGES, 2> ring;
-    ring.init(smem_addr(smem4));
-    if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
-        if (threadIdx.x == 0) ring.produce(map_inp, map_weight, M, N, K);
-    } else {
-        const int w = threadIdx.x / 128 - 1;  // this consumer warpgroup's 64 rows of a tile
-        const uint32_t staged = ring.end() + w * 64 * staged_row<TILE_N>() * 2;
-        float d[TILE_N / 2];
-        int it = 0;
-        for (int p = ring.first(); p < ring.count(M, N); p += ring.stride()) {
-            ring.consume(d, w, K, it);
-            int row0, col0;
-            ring.origin(p, N, row0, col0);
-            row0 += 64 * w;
-            store_rows<TILE_N, false>(pre, d, bias, staged, row0, col0, M, N, w);
-            store_rows<TILE_N, true>(out, d, bias, staged, row0, col0, M, N, w);
-        }
-    }
-    ring.finish();
+    gelu_gemm<TILE_N, STAGES, 2>(map_inp, map_weight, out, pre, bias, M, N, K);
 #else
     __trap();  // TMA and wgmma need sm_90a (a Hopper GPU): see the header
 #endif

@@ -1,5 +1,11 @@
-// gelu_epilogue.cuh: matmul_forward_gelu 7 and 8's epilogue: a consumer warpgroup's 64 x BN
-// accumulators plus the bias, written as pre and as gelu(pre) through shared memory.
+// gelu_gemm.cuh: matmul_forward_gelu 7 and 8's kernel: gemm_wgmma.cuh's main loop, then an
+// epilogue that writes a consumer warpgroup's 64 x BN accumulators plus the bias as pre and as
+// gelu(pre) through shared memory. Version 7 runs it with one block a tile (CLUSTER = 1), 8 with
+// pairs of blocks sharing B (CLUSTER = 2).
+//
+// gelu_gemm<BN, STAGES, CLUSTER>(map_inp, map_weight, out, pre, bias, M, N, K): the kernel's body.
+// Its dynamic shared memory: the ring's stages and barriers, then 64 staged rows per consumer
+// warpgroup: 1024 + STAGES * (128 + BN) * 128 + 16 * STAGES + 2 * 64 * 2 * staged_row<BN>().
 //
 // store_rows<BN, GELU>(dst, d, bias, staged, row0, col0, M, N, w): one output of consumer warpgroup
 // w's 64 rows (gemm_wgmma.cuh's accumulator layout): the fragments (x = d + bias, or its GELU)
@@ -11,12 +17,13 @@
 // warpgroup's named barrier (1 + w) orders the writes before the copy and the copy before the
 // next writes.
 
-#ifndef KERNELS_MATMUL_FORWARD_GELU_GELU_EPILOGUE_CUH
-#define KERNELS_MATMUL_FORWARD_GELU_GELU_EPILOGUE_CUH
+#ifndef KERNELS_MATMUL_FORWARD_GELU_GELU_GEMM_CUH
+#define KERNELS_MATMUL_FORWARD_GELU_GELU_GEMM_CUH
 
 #include "bf16.cuh"
-#include "gelu.cuh"  // gelu
-#include "mma.cuh"   // pack_bf16x2
+#include "gelu.cuh"         // gelu
+#include "gemm_wgmma.cuh"   // GemmRing, TmaMap
+#include "mma.cuh"          // pack_bf16x2, smem_addr
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <int BN>
@@ -52,6 +59,31 @@ __device__ __forceinline__ void store_rows(bf16* dst, const float (&d)[BN / 2], 
     }
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
 }
+
+template <int BN, int STAGES, int CLUSTER>
+__device__ __forceinline__ void gelu_gemm(const TmaMap* map_inp, const TmaMap* map_weight, bf16* out, bf16* pre,
+                                          const bf16* bias, int M, int N, int K) {
+    extern __shared__ float4 smem4[];
+    GemmRing<BN, STAGES, CLUSTER> ring;
+    ring.init(smem_addr(smem4));
+    if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
+        if (threadIdx.x == 0) ring.produce(map_inp, map_weight, M, N, K);
+    } else {
+        const int w = threadIdx.x / 128 - 1;  // this consumer warpgroup's 64 rows of a tile
+        const uint32_t staged = ring.end() + w * 64 * staged_row<BN>() * 2;
+        float d[BN / 2];
+        int it = 0;
+        for (int p = ring.first(); p < ring.count(M, N); p += ring.stride()) {
+            ring.consume(d, w, K, it);
+            int row0, col0;
+            ring.origin(p, N, row0, col0);
+            row0 += 64 * w;
+            store_rows<BN, false>(pre, d, bias, staged, row0, col0, M, N, w);
+            store_rows<BN, true>(out, d, bias, staged, row0, col0, M, N, w);
+        }
+    }
+    ring.finish();
+}
 #endif
 
-#endif  // KERNELS_MATMUL_FORWARD_GELU_GELU_EPILOGUE_CUH
+#endif  // KERNELS_MATMUL_FORWARD_GELU_GELU_GEMM_CUH
