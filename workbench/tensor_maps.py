@@ -1,7 +1,7 @@
 """Tensor maps: the 128-byte descriptors Hopper's TMA copies a tile of a matrix with.
 
 A kernel argument written `tma:BUFFER, ROWS, COLS, BOX_ROWS, BOX_COLS` in a version's header
-(see family.py's TensorMapArg) becomes, when its plan is built, the tensor map of BUFFER viewed
+(family.py's tensor_map_arg parses it) becomes, when its plan is built, the tensor map of BUFFER viewed
 as a row-major ROWS x COLS matrix of its element type, copied a BOX_ROWS x BOX_COLS box at a time
 with the 128-byte swizzle (the layout kernels/common/wgmma.cuh describes) and zeros past the
 edges. The map holds BUFFER's address, so a plan's maps are made once, with the plan, and copied

@@ -61,15 +61,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int
         : "memory");
 }
 
-#define GEMM_D128                                                                                          \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                      \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                      \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                      \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                      \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                      \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "          \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define GEMM_D96                                                                                           \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                      \
@@ -77,6 +68,9 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                      \
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                      \
     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define GEMM_D128                                                                                 \
+    GEMM_D96 ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+             "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define GEMM_F8(i)                                                                                          \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
@@ -149,8 +143,8 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
 }
 
 // The shared memory of a GemmRing<BN, STAGES, CLUSTER>: STAGES stages of A (128 x 64) then B
-// (BN x 64), each 1024-aligned, then a full and an empty barrier a stage. BYTES: what the launch
-// asks for (1024 of slack for the alignment).
+// (BN x 64), each 1024-aligned, then a full and an empty barrier a stage: a launch asks for
+// 1024 (slack for the alignment) + STAGES * STAGE + 16 * STAGES bytes, then the kernel's own.
 //
 // The tiles: with T = cdiv(cdiv(M, 128), CLUSTER) * cdiv(N, BN) tile slots (count), block b's
 // slots are p = b / CLUSTER, + gridDim.x / CLUSTER, ...; slot p's tile (origin) is row block
@@ -161,7 +155,6 @@ template <int BN, int STAGES, int CLUSTER = 1>
 struct GemmRing {
     static constexpr int BM = 128, BK = 64;
     static constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
-    static constexpr uint32_t BYTES = 1024 + STAGES * STAGE + 16 * STAGES;
     static_assert(STAGE % 1024 == 0 && (B_BYTES / CLUSTER) % 1024 == 0, "stages (and B's halves) stay 1024-aligned");
     static_assert(CLUSTER == 1 || CLUSTER == 2, "one block, or a pair");
     uint32_t base;  // the first stage's shared address
