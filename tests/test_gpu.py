@@ -103,6 +103,20 @@ def test_a_faulty_version_is_reported_and_the_bench_goes_on():
     assert fam.copy is not None and fam.copy.passed, "the copy baseline is a row like any other"
 
 
+def test_run_writes_its_json_for_a_version_that_crashed_before_its_first_check(tmp_path):
+    """A crash in the check leaves the row without sizes of its own; --json still gets the row (at
+    the sizes asked for) and the exit status is 1, not a one-line error about the sizes."""
+    from click.testing import CliRunner
+    from workbench.cli import cli
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(cli, ["--root", str(FIXTURES / "project"), "run", "scale", "2", "--no-torch",
+                                   "--json", str(out)])
+    assert res.exit_code == 1, res.output
+    assert "unknown name" not in res.output
+    fam = json.loads(out.read_text())["families"][0]
+    assert fam["versions"][0]["status"] == "crashed" and fam["sizes"], fam
+
+
 def test_the_copy_baseline_checks_every_word_of_the_ramp_it_writes_on_the_device():
     """The copy's source and expected output are one ramp written on the device; a copy one word
     short fails at exactly that word, listed against the host's ramp (the same rounding above

@@ -6,7 +6,7 @@ as a row-major ROWS x COLS matrix of its element type, copied a BOX_ROWS x BOX_C
 with the 128-byte swizzle (the layout kernels/common/wgmma.cuh describes) and zeros past the
 edges. The map holds BUFFER's address, so a plan's maps are made once, with the plan, and copied
 to device memory (on_device); the kernel takes a pointer to it (`const TmaMap*`,
-matmul_forward_gelu/gemm_wgmma.cuh). A map passed by value as a __grid_constant__ parameter is
+common/gemm_wgmma.cuh). A map passed by value as a __grid_constant__ parameter is
 the other way CUDA allows, but PyCUDA's packed argument buffer did not reach such a kernel intact
 (its integers after two 128-byte maps read as 0 on an H200, session 15), so the maps go through
 memory.

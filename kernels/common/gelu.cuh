@@ -33,4 +33,16 @@ __device__ __forceinline__ float gelu_grad(float x) {
     return s + 2.0f * x * s * (e * s) * du;
 }
 
+// gelu_tanh(x): the same GELU through the hardware tanh (tanh.approx.f32, relative error about
+// 2^-11) as 0.5 x + 0.5 x tanh(u): one special-function op where gelu() takes two (the exponential
+// and the reciprocal). Too coarse for the fp32 families' 1e-5; for outputs rounded to bf16 (2^-9)
+// it is inside the rounding (gemm_tma.cuh's GELU epilogue).
+__device__ __forceinline__ float gelu_tanh(float x) {
+    const float u = x * fmaf(GELU_SCALE * GELU_CUBIC, x * x, GELU_SCALE);
+    float th;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(th) : "f"(u));
+    const float hx = 0.5f * x;
+    return fmaf(hx, th, hx);
+}
+
 #endif  // KERNELS_COMMON_GELU_CUH

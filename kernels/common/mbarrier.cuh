@@ -1,6 +1,6 @@
 // mbarrier.cuh: shared-memory barriers (mbarriers, sm_90) between the warps that fill a buffer
 // and those that read it: attention_forward 13-15's producer warps, and the TMA GEMMs
-// (matmul_forward_gelu/gemm_wgmma.cuh), whose copies complete a barrier's phase themselves.
+// (common/gemm_wgmma.cuh), whose copies complete a barrier's phase themselves.
 //
 // An mbarrier is a 64-bit object in shared memory, initialised with the number of arrivals that
 // complete its current phase; when they have all arrived the phase completes, its parity bit

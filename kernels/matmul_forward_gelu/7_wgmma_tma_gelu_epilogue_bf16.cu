@@ -3,7 +3,7 @@ title = "bf16: our own Hopper GEMM (TMA, wgmma, a producer warp) with the bias a
 builds_on = 5
 precision = "bf16"
 changed = """
-No library: one persistent kernel (gemm_wgmma.cuh, in this folder). Its producer thread streams
+No library: one persistent kernel (kernels/common/gemm_wgmma.cuh). Its producer thread streams
 128 x 64 tiles of inp and 192 x 64 tiles of weight through four shared-memory stages by TMA; two
 consumer warpgroups multiply each 128 x 192 output tile with 64 x 192 x 16 wgmma and then, from
 the fp32 accumulators still in registers, add the bias and write pre, then gelu(pre). Each
@@ -19,10 +19,12 @@ during the epilogue, so the epilogue's cost is its own arithmetic and stores, no
 idle pipeline; and the GELU is computed from the fp32 sum, as in version 5. Written straight from
 the fragments, each 4-byte store covered 8 rows' 16 bytes: that version took 322 us at B = 16 on
 an H200, twice cuBLASLt's 158 (results/h200-session15-2026-12-02, call 2).
-Measured with the staged epilogue (calls 3-6): 208-210 us at B = 16 against version 5's 157,
-and the main loop alone takes as long (207.8 us), so the epilogue hides behind the loads and the
-main loop is what is slow: 370 TFLOP/s, the tensor pipe busy 41.5% of the time under Nsight
-Compute, 0.43 eligible warps a scheduler. Correct and sanitizer-clean, not promoted.
+Measured with the staged epilogue (calls 3-6): 208-210 us at B = 16 against version 5's 157:
+370 TFLOP/s, the tensor pipe busy 41.5% of the time under Nsight Compute, 0.43 eligible warps a
+scheduler. Correct and sanitizer-clean, not promoted. Session 15 read its main-loop probe as
+taking as long (207.8 us) and blamed the loads; a cleaner probe in session 16 (call 1's sweep,
+the main loop alone with this ring) ran at 105-111 us, faster than cuBLASLt's plain GEMM, so it
+is the epilogue that is slow here, not hidden: versions 10 and 12.
 """
 preconditions = ["C % 8 == 0", "OC % 8 == 0"]
 arch = "sm_90a"  # TMA and wgmma: a Hopper

@@ -86,7 +86,7 @@ __device__ __forceinline__ void gelu_gemm(const TmaMap* map_inp, const TmaMap* m
         for (int p = ring.first(); p < ring.count(M, N); p += ring.stride()) {
             ring.consume(d, w, K, it);
             int row0, col0;
-            ring.origin(p, N, row0, col0);
+            ring.origin(p, M, N, row0, col0);
             row0 += 64 * w;
             store_rows<BN, ROWS, false>(pre, d, bias, staged, row0, col0, M, N, w);
             store_rows<BN, ROWS, true>(out, d, bias, staged, row0, col0, M, N, w);
@@ -94,6 +94,7 @@ __device__ __forceinline__ void gelu_gemm(const TmaMap* map_inp, const TmaMap* m
     }
     ring.finish();
 }
+
 #endif
 
 #endif  // KERNELS_MATMUL_FORWARD_GELU_GELU_GEMM_CUH

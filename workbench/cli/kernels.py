@@ -186,8 +186,9 @@ def _run_once(project: Project, v, opts: Options, sizes: dict, json_path) -> Non
         torch, copy = session.run_baselines(v.family, row.sizes or None, v.precision) if row.passed else (None, None)
     console.print(report.run_report(row, run_.meta, torch, copy))
     if json_path:
-        run_.put(FamilyResult(v.family.name, v.family.title, row.sizes, v.family.bytes_moved(row.sizes, v.precision),
-                              v.family.flops_done(row.sizes), v.precision, [row], torch, copy))
+        at = row.sizes or sizes  # a version that crashed before its first check has none of its own
+        run_.put(FamilyResult(v.family.name, v.family.title, at, v.family.bytes_moved(at, v.precision),
+                              v.family.flops_done(at), v.precision, [row], torch, copy))
         save(json_path, run_)
     if not row.passed:
         sys.exit(1)
