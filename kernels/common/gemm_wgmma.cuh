@@ -185,9 +185,10 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
         "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
 
-// The shared memory of a GemmRing<BN, STAGES, CLUSTER>: STAGES stages of A (128 x 64) then B
-// (BN x 64), each 1024-aligned, then a full and an empty barrier a stage: a launch asks for
-// 1024 (slack for the alignment) + STAGES * STAGE + 16 * STAGES bytes, then the kernel's own.
+// The shared memory of a GemmRing: STAGES stages of A (128 x 64) then B (BN x 64), each
+// 1024-aligned, then a full and an empty barrier a stage (and, with PINGPONG, the two turns): a
+// launch asks for 1024 (slack for the alignment) + STAGES * STAGE + 16 * STAGES (+ 16) bytes, then
+// the kernel's own, from end().
 //
 // The tiles: with T = cdiv(cdiv(M, 128), CLUSTER) * cdiv(N, BN) tile slots (count), block b's
 // slots are p = b / CLUSTER, + gridDim.x / CLUSTER, ...; slot p's tile (origin) is row block
