@@ -76,6 +76,18 @@ __device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* 
     }
 }
 
+// One row block's packed pairs (word 2 j + h: the pair (d[4 j + 2 h], d[4 j + 2 h + 1])) staged.
+template <int BN, int ROWS>
+__device__ __forceinline__ void stage_words(const uint32_t (&words)[BN / 4], uint32_t area, int half, int q, int g,
+                                            int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
+                         "r"(words[2 * j + h]) : "memory");
+}
+
 template <int BN, int STAGES, int BUFFERS, bool GELU>
 __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                          const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
@@ -118,12 +130,7 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
                     if (issuer) bulk_wait_read<0>();
                     warpgroup_sync(w);
                 }
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at(area_out, j, h, q, g, t)),
-                                     "r"(gp[2 * j + h]) : "memory");
+                stage_words<BN, 64>(gp, area_out, 0, q, g, t);
                 fence_proxy_async();
                 warpgroup_sync(w);
                 if (issuer) store_boxes<BN>(map_out, area_out, row0, col0, M, N);
@@ -162,7 +169,7 @@ __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const Tma
             tensormap_acquire(map_pre);
             if (GELU) tensormap_acquire(map_out);
         }
-        const int ksteps = (K + 63) / 64;
+        const int ksteps = (K + ring.BK - 1) / ring.BK;
         float lo[BN / 2], hi[BN / 2];
         int it = w * ksteps, n = 0;  // the block's k-steps before this warpgroup's first; its tiles so far
         for (int p = ring.first() + w * ring.stride(); p < ring.count(M, N); p += 2 * ring.stride(), n++) {
@@ -178,22 +185,16 @@ __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const Tma
             warpgroup_sync(w);
             if (issuer) store_boxes<BN, 128>(map_pre, area, row0, col0, M, N);
             if constexpr (GELU) {
-                uint32_t gp[BN / 2];  // gelu(pre) packed, rows of lo then of hi
+                uint32_t gp_lo[BN / 4], gp_hi[BN / 4];  // gelu(pre) packed, each row block's
 #pragma unroll
                 for (int i = 0; i < BN / 2; i += 2) {
-                    gp[i / 2] = pack_bf16x2(gelu_tanh(lo[i]), gelu_tanh(lo[i + 1]));
-                    gp[BN / 4 + i / 2] = pack_bf16x2(gelu_tanh(hi[i]), gelu_tanh(hi[i + 1]));
+                    gp_lo[i / 2] = pack_bf16x2(gelu_tanh(lo[i]), gelu_tanh(lo[i + 1]));
+                    gp_hi[i / 2] = pack_bf16x2(gelu_tanh(hi[i]), gelu_tanh(hi[i + 1]));
                 }
                 if (issuer) bulk_wait_read<0>();
                 warpgroup_sync(w);
-#pragma unroll
-                for (int half = 0; half < 2; half++)
-#pragma unroll
-                    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-                            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<128>(area, j, h, q, g, t, half)),
-                                         "r"(gp[half * BN / 4 + 2 * j + h]) : "memory");
+                stage_words<BN, 128>(gp_lo, area, 0, q, g, t);
+                stage_words<BN, 128>(gp_hi, area, 1, q, g, t);
                 fence_proxy_async();
                 warpgroup_sync(w);
                 if (issuer) store_boxes<BN, 128>(map_out, area, row0, col0, M, N);
