@@ -72,7 +72,7 @@ def test_the_library_versions_need_aux_rows_a_multiple_of_8_and_the_naive_one_ta
     assert any(s == {k: 1 for k in fam.sizes} for s in fam.test_sizes)
     naive = fam.version(1)
     assert not any(naive.unmet(s) for s in fam.test_sizes)
-    library = [v for v in fam.versions if any(st.kind == "library" for st in v.steps)]
+    library = [v for v in fam.versions if any(st.kind == "library" for st in v.steps) and v.arch != "sm_90a"]
     assert {v.precision for v in library} == {"fp32", "bf16"}
     for v in library:
         assert list(v.preconditions) == [f"{dim} % 8 == 0"]
@@ -81,9 +81,9 @@ def test_the_library_versions_need_aux_rows_a_multiple_of_8_and_the_naive_one_ta
         assert any(s["B"] * s["T"] % 2 and s[{"C": "OC", "OC": "C"}[dim]] % 4 for s in accepted), "odd N and other dim"
 
 
-@pytest.mark.parametrize("number", [7, 8, 9, 10, 11, 12])
+@pytest.mark.parametrize("number", [7, 8, 9, 10, 11, 12, 13])
 def test_the_tma_gemm_is_checked_past_every_edge_of_its_tiles(number):
-    """matmul_forward_gelu 7-12 (TMA boxes of 128 rows x 64 k, 192 or 128 output columns a tile)
+    """matmul_forward_gelu 7-13 (TMA boxes of 128 rows x 64 k, 192 or 128 output columns a tile)
     need C and OC multiples of 8 (the TMA's 16-byte rows, their 16-byte stores); the test sizes they
     accept must still end a tile's rows, columns and k-steps part-way, hold fewer than 8 rows, and
     have an odd count of 128-row blocks (version 8 takes them in pairs)."""
@@ -97,6 +97,24 @@ def test_the_tma_gemm_is_checked_past_every_edge_of_its_tiles(number):
     assert any(-(-n // 128) % 2 for n in rows)  # version 8's pairs: one whose second tile is past N's rows
     assert any(s["C"] % 64 and s["C"] > 64 for s in accepted)
     assert any(s["OC"] % 192 and s["OC"] > 192 for s in accepted)
+
+
+def test_the_dgelu_gemm_is_checked_past_every_edge_of_its_tiles_and_with_tiles_in_turn():
+    """matmul_backward_dgelu 8 (our ping-pong GEMM: TMA boxes of 128 rows x 64 k, 128 x 128 tiles,
+    the weight transposed into scratch) needs C and OC multiples of 8; the test sizes it accepts
+    must end a tile's rows, columns and k-steps part-way, hold fewer than 8 rows, and have more than
+    two tiles a block on 132 SMs, so that its second warpgroup and the turns between the two run."""
+    fam = Project(ROOT).family("matmul_backward_dgelu")
+    v = fam.version(8)
+    assert list(v.preconditions) == ["C % 8 == 0", "OC % 8 == 0"] and v.arch == "sm_90a"
+    accepted = [s for s in fam.test_sizes if not v.unmet(s)]
+    assert len(accepted) >= 3 and not v.unmet(fam.default_sizes)
+    rows = [s["B"] * s["T"] for s in accepted]
+    assert any(n % 128 and n > 128 for n in rows) and any(n < 8 for n in rows)
+    assert any(s["C"] % 128 and s["C"] > 128 for s in accepted)
+    assert any(s["OC"] % 64 and s["OC"] > 64 for s in accepted)
+    tiles = [-(-s["B"] * s["T"] // 128) * -(-s["C"] // 128) for s in accepted]
+    assert max(tiles) > 2 * 132
 
 
 # -- gemm_lt's epilogue for its options --------------------------------------------------------------

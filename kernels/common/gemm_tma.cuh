@@ -1,7 +1,8 @@
 // gemm_tma.cuh: a whole Hopper GEMM kernel body (sm_90a), D = A B^T + bias, optionally with the
 // GELU: gemm_wgmma.cuh's main loop, then an epilogue whose stores the copy engine makes.
 // matmul_forward 9 (the bias) and matmul_forward_gelu 10 and 11 (pre and gelu(pre)) are built on
-// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12 on gemm_tma_pingpong (below).
+// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12 on gemm_tma_pingpong, and
+// matmul_backward_dgelu 8 on gemm_tma_dgelu (its epilogue the GELU's backward; below).
 //
 // gemm_tma<BN, STAGES, BUFFERS, GELU>(map_a, map_b, map_out, map_pre, bias, M, N, K):
 //   pre = A B^T + bias (M x N, row-major; A M x K, B N x K, both row-major bf16), written through
@@ -30,7 +31,7 @@
 #define KERNELS_COMMON_GEMM_TMA_CUH
 
 #include "bf16.cuh"
-#include "gelu.cuh"         // gelu_tanh
+#include "gelu.cuh"         // gelu_tanh, gelu_grad
 #include "gemm_wgmma.cuh"   // GemmRing, TmaMap, tma_store_2d, bulk_*
 #include "mma.cuh"          // pack_bf16x2, smem_addr
 
@@ -198,6 +199,117 @@ __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const Tma
                 fence_proxy_async();
                 warpgroup_sync(w);
                 if (issuer) store_boxes<BN, 128>(map_out, area, row0, col0, M, N);
+            }
+        }
+        if (issuer) bulk_wait<0>();  // every store performed before the block's shared memory goes
+    }
+    ring.finish();
+}
+
+// One row block's dpre in place of its pre: the pre pair staged where the accumulator pair (j, h)
+// goes becomes gelu'(pre) * the pair, rounded to bf16, and cs[2 j + e] adds the rounded values
+// (column 8 j + 2 t + e; the bias gradient sums dpre as it is written).
+template <int BN>
+__device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_t area, int half, int q, int g, int t,
+                                               float (&cs)[BN / 4]) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t at = staged_at<128>(area, j, h, q, g, t, half);
+            uint32_t p;
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(p) : "r"(at) : "memory");
+            const float lo = gelu_grad(__uint_as_float(p << 16)) * d[4 * j + 2 * h];
+            const float hi = gelu_grad(__uint_as_float(p & 0xffff0000u)) * d[4 * j + 2 * h + 1];
+            const uint32_t w = pack_bf16x2(lo, hi);
+            cs[2 * j] += __uint_as_float(w << 16);
+            cs[2 * j + 1] += __uint_as_float(w & 0xffff0000u);
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(w) : "memory");
+        }
+}
+
+// gemm_tma_dgelu<BN, STAGES, GROUP>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
+// backward on gemm_tma_pingpong's product. With D = A B^T (M x N): out = gelu'(pre) * D, rounded to
+// bf16 (map_out), and partial[r * N + c] = the sum of out's rows 128 r .. 128 r + 127 in column c
+// (fp32; one row of partials a row block, for the caller's column add).
+// A warpgroup's tile: before its products, its first thread waits until the copy engine has read
+// its last tile's boxes out of the warpgroup's staging area and asks the TMA for this tile's pre
+// into it (map_pre: box 128 x 64, the staged layout itself), so the load runs under the products.
+// Each thread then turns the pre pairs where its accumulator pairs go into dpre pairs (in place:
+// each word is one thread's), the copy engine stores the boxes, and the column sums meet across the
+// warp (shuffles over g) and the warpgroup's four warps (shared memory, in warp order): the same
+// bits every run.
+// Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
+template <int BN, int STAGES, int GROUP>
+__device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
+                                               const TmaMap* map_pre, float* partial, int M, int N, int K) {
+    static_assert(BN % 64 == 0 && BN <= 128, "whole 64-column boxes; a column sum a thread");
+    extern __shared__ float4 smem4[];
+    GemmRing<BN, STAGES, 1, GROUP, true> ring;
+    ring.init(smem_addr(smem4));
+    const uint32_t pre_full = ring.end();  // + 8 w: warpgroup w's pre has landed
+    if (threadIdx.x == 0) {
+        mbar_init(pre_full, 1);
+        mbar_init(pre_full + 8, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) ring.produce(map_a, map_b, M, N, K);
+    } else {
+        setmaxnreg_inc<232>();
+        const int w = threadIdx.x / 128 - 1, lane = threadIdx.x % 128, q = lane / 32, g = lane % 32 / 4, t = lane % 4;
+        const bool issuer = lane == 0;
+        const uint32_t staging = (ring.end() + 16 + 1023) & ~1023u, area = staging + w * 128 * BN * 2;
+        const uint32_t sums = staging + 2 * 128 * BN * 2 + w * 4 * BN * 4;  // [warp][column] floats
+        const uint32_t landed = pre_full + 8 * w;
+        if (issuer) {
+            tensormap_acquire(map_pre);
+            tensormap_acquire(map_out);
+        }
+        const int ksteps = (K + ring.BK - 1) / ring.BK;
+        float lo[BN / 2], hi[BN / 2];
+        int it = w * ksteps, n = 0;
+        for (int p = ring.first() + w * ring.stride(); p < ring.count(M, N); p += 2 * ring.stride(), n++) {
+            int row0, col0;
+            ring.origin(p, M, N, row0, col0);
+            if (issuer) {
+                bulk_wait_read<0>();  // the last tile's dpre has been read out of the area
+                mbar_expect_tx(landed, 128 * BN * 2);
+#pragma unroll
+                for (int b = 0; b < BN / 64; b++) tma_load_2d(area + b * (128 * 128), map_pre, col0 + 64 * b, row0, landed);
+            }
+            ring.consume_tile(lo, hi, K, it, w, n);
+            it += ksteps;
+            mbar_wait(landed, n & 1);
+            float cs[BN / 4];
+#pragma unroll
+            for (int i = 0; i < BN / 4; i++) cs[i] = 0.0f;
+            dgelu_in_place<BN>(lo, area, 0, q, g, t, cs);
+            dgelu_in_place<BN>(hi, area, 1, q, g, t, cs);
+            fence_proxy_async();
+            warpgroup_sync(w);
+            if (issuer) store_boxes<BN, 128>(map_out, area, row0, col0, M, N);
+#pragma unroll
+            for (int i = 0; i < BN / 4; i++) {
+                float v = cs[i];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                if (g == 0)  // column 8 (i / 2) + 2 t + i % 2
+                    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sums + 4 * (q * BN + 8 * (i / 2) + 2 * t + i % 2)),
+                                 "f"(v) : "memory");
+            }
+            warpgroup_sync(w);
+            if (lane < BN && col0 + lane < N) {
+                float s = 0.0f, v;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(sums + 4 * (k * BN + lane)) : "memory");
+                    s += v;
+                }
+                partial[(size_t)(row0 / 128) * N + col0 + lane] = s;
             }
         }
         if (issuer) bulk_wait<0>();  // every store performed before the block's shared memory goes
