@@ -99,13 +99,14 @@ def test_the_tma_gemm_is_checked_past_every_edge_of_its_tiles(number):
     assert any(s["OC"] % 192 and s["OC"] > 192 for s in accepted)
 
 
-def test_the_dgelu_gemm_is_checked_past_every_edge_of_its_tiles_and_with_tiles_in_turn():
-    """matmul_backward_dgelu 8 (our ping-pong GEMM: TMA boxes of 128 rows x 64 k, 128 x 128 tiles,
+@pytest.mark.parametrize("number", [8, 9])
+def test_the_dgelu_gemm_is_checked_past_every_edge_of_its_tiles_and_with_tiles_in_turn(number):
+    """matmul_backward_dgelu 8 and 9 (our ping-pong GEMM: TMA boxes of 128 rows x 64 k, 128 x 128 tiles,
     the weight transposed into scratch) needs C and OC multiples of 8; the test sizes it accepts
     must end a tile's rows, columns and k-steps part-way, hold fewer than 8 rows, and have more than
     two tiles a block on 132 SMs, so that its second warpgroup and the turns between the two run."""
     fam = Project(ROOT).family("matmul_backward_dgelu")
-    v = fam.version(8)
+    v = fam.version(number)
     assert list(v.preconditions) == ["C % 8 == 0", "OC % 8 == 0"] and v.arch == "sm_90a"
     accepted = [s for s in fam.test_sizes if not v.unmet(s)]
     assert len(accepted) >= 3 and not v.unmet(fam.default_sizes)

@@ -45,4 +45,19 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return fmaf(hx, th, hx);
 }
 
+// gelu_grad_tanh(x): gelu'(x) through the hardware tanh: with th = tanh(u) and h = (1 + th) / 2,
+// gelu'(x) = h + x h (1 - th) u'. One special-function op where gelu_grad takes two. Where th is
+// near +-1 (|x| > ~2) the hardware tanh's absolute error (~5e-4) is a large share of 1 - th or
+// 1 + th, so gelu' errs by up to ~3e-3 there: for a dpre rounded to bf16 and summed into the bias
+// gradient, as matmul_backward_dgelu 9 measures.
+__device__ __forceinline__ float gelu_grad_tanh(float x) {
+    const float x2 = x * x;
+    const float u = x * fmaf(GELU_SCALE * GELU_CUBIC, x2, GELU_SCALE);
+    const float du = fmaf(3.0f * GELU_SCALE * GELU_CUBIC, x2, GELU_SCALE);
+    float th;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(th) : "f"(u));
+    const float h = fmaf(0.5f, th, 0.5f);
+    return fmaf(x * h * (1.0f - th), du, h);
+}
+
 #endif  // KERNELS_COMMON_GELU_CUH

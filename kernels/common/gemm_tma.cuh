@@ -31,7 +31,7 @@
 #define KERNELS_COMMON_GEMM_TMA_CUH
 
 #include "bf16.cuh"
-#include "gelu.cuh"         // gelu_tanh, gelu_grad
+#include "gelu.cuh"         // gelu_tanh, gelu_grad, gelu_grad_tanh
 #include "gemm_wgmma.cuh"   // GemmRing, TmaMap, tma_store_2d, bulk_*
 #include "mma.cuh"          // pack_bf16x2, smem_addr
 
@@ -206,10 +206,13 @@ __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const Tma
     ring.finish();
 }
 
+template <bool TANH>
+__device__ __forceinline__ float gelu_grad_of(float x) { return TANH ? gelu_grad_tanh(x) : gelu_grad(x); }
+
 // One row block's dpre in place of its pre: the pre pair staged where the accumulator pair (j, h)
 // goes becomes gelu'(pre) * the pair, rounded to bf16, and cs[2 j + e] adds the rounded values
 // (column 8 j + 2 t + e; the bias gradient sums dpre as it is written).
-template <int BN>
+template <int BN, bool TANH>
 __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_t area, int half, int q, int g, int t,
                                                float (&cs)[BN / 4]) {
 #pragma unroll
@@ -219,8 +222,8 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
             const uint32_t at = staged_at<128>(area, j, h, q, g, t, half);
             uint32_t p;
             asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(p) : "r"(at) : "memory");
-            const float lo = gelu_grad(__uint_as_float(p << 16)) * d[4 * j + 2 * h];
-            const float hi = gelu_grad(__uint_as_float(p & 0xffff0000u)) * d[4 * j + 2 * h + 1];
+            const float lo = gelu_grad_of<TANH>(__uint_as_float(p << 16)) * d[4 * j + 2 * h];
+            const float hi = gelu_grad_of<TANH>(__uint_as_float(p & 0xffff0000u)) * d[4 * j + 2 * h + 1];
             const uint32_t w = pack_bf16x2(lo, hi);
             cs[2 * j] += __uint_as_float(w << 16);
             cs[2 * j + 1] += __uint_as_float(w & 0xffff0000u);
@@ -228,7 +231,7 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
         }
 }
 
-// gemm_tma_dgelu<BN, STAGES, GROUP>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
+// gemm_tma_dgelu<BN, STAGES, GROUP, TANH>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
 // backward on gemm_tma_pingpong's product. With D = A B^T (M x N): out = gelu'(pre) * D, rounded to
 // bf16 (map_out), and partial[r * N + c] = the sum of out's rows 128 r .. 128 r + 127 in column c
 // (fp32; one row of partials a row block, for the caller's column add).
@@ -238,9 +241,10 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
 // Each thread then turns the pre pairs where its accumulator pairs go into dpre pairs (in place:
 // each word is one thread's), the copy engine stores the boxes, and the column sums meet across the
 // warp (shuffles over g) and the warpgroup's four warps (shared memory, in warp order): the same
-// bits every run.
+// bits every run. TANH: gelu' through the hardware tanh (gelu.cuh's gelu_grad_tanh) instead of
+// gelu_grad's exponential and reciprocal.
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
-template <int BN, int STAGES, int GROUP>
+template <int BN, int STAGES, int GROUP, bool TANH = false>
 __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                const TmaMap* map_pre, float* partial, int M, int N, int K) {
     static_assert(BN % 64 == 0 && BN <= 128, "whole 64-column boxes; a column sum a thread");
@@ -286,8 +290,8 @@ __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap
             float cs[BN / 4];
 #pragma unroll
             for (int i = 0; i < BN / 4; i++) cs[i] = 0.0f;
-            dgelu_in_place<BN>(lo, area, 0, q, g, t, cs);
-            dgelu_in_place<BN>(hi, area, 1, q, g, t, cs);
+            dgelu_in_place<BN, TANH>(lo, area, 0, q, g, t, cs);
+            dgelu_in_place<BN, TANH>(hi, area, 1, q, g, t, cs);
             fence_proxy_async();
             warpgroup_sync(w);
             if (issuer) store_boxes<BN, 128>(map_out, area, row0, col0, M, N);

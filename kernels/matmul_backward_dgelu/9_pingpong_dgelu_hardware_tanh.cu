@@ -1,0 +1,74 @@
+/*
+title = "bf16: version 8 with gelu' through the hardware tanh (one special-function op an element, not two)"
+builds_on = 8
+precision = "bf16"
+changed = """
+gemm_tma_dgelu's TANH: each element's gelu' is gelu.cuh's gelu_grad_tanh (tanh.approx.f32, then
+h + x h (1 - th) u' with h = (1 + th) / 2) where version 8 takes gelu_grad's exponential and
+reciprocal: one special-function op and about nine other instructions an element instead of two
+and about fifteen. Everything else is version 8's.
+"""
+why = """
+In version 8 the epilogue does not hide under the other warpgroup's products: under Nsight Compute
+at B = 16 (results/h200-session17-2026-12-02/call3) its GEMM takes 208.6 us where cuBLASLt's
+weight-gradient GEMM of the same size in the same launch takes 138.2, and in the step 175 us a layer
+at B = 16 against ~108 for the main loop alone. Its epilogue is about three times
+matmul_forward_gelu 12's in instructions an element, most of them gelu'. Where |x| > ~2 the
+hardware tanh's error (~5e-4) makes gelu' err by up to ~3e-3 (a dpre of ~0.05 by ~1.5e-4, inside
+its bf16 rounding's 1e-4 and far inside the family's 1e-2).
+"""
+preconditions = ["C % 8 == 0", "OC % 8 == 0"]
+arch = "sm_90a"  # TMA, wgmma and setmaxnreg: a Hopper
+
+[derived]
+SLICES = "cdiv(N, 128)"  # a row of partials a 128-row block
+
+[scratch]
+partial = "SLICES * C"
+weight_t = { size = "C * OC", dtype = "bf16" }
+
+[[launch]]
+kernel = "transpose_weight8"
+grid = ["cdiv(C, 32)", "cdiv(OC, 32)"]
+block = [32, 8]
+args = ["weight_t", "weight", "OC", "C"]
+
+[[launch]]
+kernel = "matmul_backward_dgelu9"
+grid = "min(cdiv(N, 128) * cdiv(C, 128), SMS)"
+block = 384
+shared = "1024 + 4 * (128 + 128) * 128 + 1024 + 2 * 128 * 128 * 2 + 2 * 4 * 128 * 4"
+args = ["tma:dout, N, OC, 128, 64", "tma:weight_t, C, OC, 128, 64", "tma:dpre, N, C, 128, 64", "tma:pre, N, C, 128, 64",
+        "partial", "N", "C", "OC"]
+
+[[launch]]
+kernel = "dgelu_bias_add5"
+grid = "cdiv(C, 256)"
+block = 256
+args = ["dpre_bias", "partial", "C", "SLICES"]
+
+[[launch]]
+library = "gemm_lt"
+a = "dout"
+b = "inp"
+d = "dweight"
+m = "OC"
+n = "C"
+k = "N"
+trans_a = true
+beta = 1.0
+dtype = "bf16"
+tune = 8
+*/
+// The transpose (transpose_weight8) and, through it, version 5's slice add: version 8's kernels.
+#include "8_pingpong_dgelu_epilogue.cu"
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+matmul_backward_dgelu9(const TmaMap* map_dout, const TmaMap* map_weight_t, const TmaMap* map_dpre,
+                       const TmaMap* map_pre, float* partial, int M, int N, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    gemm_tma_dgelu<TILE_N, STAGES, GROUP, true>(map_dout, map_weight_t, map_dpre, map_pre, partial, M, N, K);
+#else
+    __trap();  // TMA, wgmma and setmaxnreg need sm_90a (a Hopper GPU): see the header
+#endif
+}
