@@ -47,9 +47,9 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 // gelu_grad_tanh(x): gelu'(x) through the hardware tanh: with th = tanh(u) and h = (1 + th) / 2,
 // gelu'(x) = h + x h (1 - th) u'. One special-function op where gelu_grad takes two. Where th is
-// near +-1 (|x| > ~2) the hardware tanh's absolute error (~5e-4) is a large share of 1 - th or
-// 1 + th, so gelu' errs by up to ~3e-3 there: for a dpre rounded to bf16 and summed into the bias
-// gradient, as matmul_backward_dgelu 9 measures.
+// near +-1 (|x| > ~2) the hardware tanh's documented error bound (~5e-4) is a large share of 1 - th or
+// 1 + th, so by that bound gelu' could err by ~3e-3 there. Measured on an H200 it errs by at most
+// 1.6e-5 over [-12, 12] (matmul_backward_dgelu 9's header): for a dpre rounded to bf16.
 __device__ __forceinline__ float gelu_grad_tanh(float x) {
     const float x2 = x * x;
     const float u = x * fmaf(GELU_SCALE * GELU_CUBIC, x2, GELU_SCALE);
