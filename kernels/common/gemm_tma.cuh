@@ -77,6 +77,34 @@ __device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* 
     }
 }
 
+// The bias pairs of a thread's columns (8 j + 2 t and 8 j + 2 t + 1 of the tile), packed bf16
+// (zero past N): loaded before the tile's products, so that their latency hides under them.
+template <int BN>
+__device__ __forceinline__ void load_bias_pairs(uint32_t (&b)[BN / 8], const bf16* bias, int col0, int N, int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int c = col0 + 8 * j + 2 * t;
+        b[j] = c < N ? *reinterpret_cast<const uint32_t*>(bias + c) : 0u;
+    }
+}
+
+// stage_with_bias with the bias pairs already in registers (load_bias_pairs).
+template <int BN, int ROWS>
+__device__ __forceinline__ void stage_with_bias_pairs(float (&d)[BN / 2], const uint32_t (&b)[BN / 8], uint32_t area,
+                                                      int half, int q, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const float bx = __uint_as_float(b[j] << 16), by = __uint_as_float(b[j] & 0xffff0000u);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            d[4 * j + 2 * h] += bx;
+            d[4 * j + 2 * h + 1] += by;
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
+                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
+        }
+    }
+}
+
 // One row block's packed pairs (word 2 j + h: the pair (d[4 j + 2 h], d[4 j + 2 h + 1])) staged.
 template <int BN, int ROWS>
 __device__ __forceinline__ void stage_words(const uint32_t (&words)[BN / 4], uint32_t area, int half, int q, int g,
@@ -151,7 +179,7 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
 // back (setmaxnreg: 40 for it, 232 for each consumer). Tiles go in groups of GROUP row blocks
 // (GemmRing::origin). Maps of pre and out: box 128 x 64.
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2.
-template <int BN, int STAGES, int GROUP, bool GELU>
+template <int BN, int STAGES, int GROUP, bool GELU, bool EARLY_BIAS = false>
 __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                   const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
     static_assert(BN % 64 == 0, "whole 64-column boxes");
@@ -174,14 +202,24 @@ __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const Tma
         float lo[BN / 2], hi[BN / 2];
         int it = w * ksteps, n = 0;  // the block's k-steps before this warpgroup's first; its tiles so far
         for (int p = ring.first() + w * ring.stride(); p < ring.count(M, N); p += 2 * ring.stride(), n++) {
+            int row0, col0;
+            uint32_t bias_pairs[BN / 8];
+            if constexpr (EARLY_BIAS) {
+                ring.origin(p, M, N, row0, col0);
+                load_bias_pairs<BN>(bias_pairs, bias, col0, N, t);
+            }
             ring.consume_tile(lo, hi, K, it, w, n);
             it += ksteps;  // the other warpgroup's tile
-            int row0, col0;
-            ring.origin(p, M, N, row0, col0);
+            if constexpr (!EARLY_BIAS) ring.origin(p, M, N, row0, col0);
             if (issuer) bulk_wait_read<0>();  // the last tile's boxes have been read out
             warpgroup_sync(w);
-            stage_with_bias<BN, 128>(lo, bias, area, col0, N, 0, q, g, t);
-            stage_with_bias<BN, 128>(hi, bias, area, col0, N, 1, q, g, t);
+            if constexpr (EARLY_BIAS) {
+                stage_with_bias_pairs<BN, 128>(lo, bias_pairs, area, 0, q, g, t);
+                stage_with_bias_pairs<BN, 128>(hi, bias_pairs, area, 1, q, g, t);
+            } else {
+                stage_with_bias<BN, 128>(lo, bias, area, col0, N, 0, q, g, t);
+                stage_with_bias<BN, 128>(hi, bias, area, col0, N, 1, q, g, t);
+            }
             fence_proxy_async();
             warpgroup_sync(w);
             if (issuer) store_boxes<BN, 128>(map_pre, area, row0, col0, M, N);
@@ -210,25 +248,37 @@ template <bool TANH>
 __device__ __forceinline__ float gelu_grad_of(float x) { return TANH ? gelu_grad_tanh(x) : gelu_grad(x); }
 
 // One row block's dpre in place of its pre: the pre pair staged where the accumulator pair (j, h)
-// goes becomes gelu'(pre) * the pair, rounded to bf16, and cs[2 j + e] adds the rounded values
-// (column 8 j + 2 t + e; the bias gradient sums dpre as it is written).
-template <int BN, bool TANH>
+// goes (word k = 2 j + h) becomes gelu'(pre) * the pair, rounded to bf16, and cs[2 j + e] adds the
+// rounded values (column 8 j + 2 t + e; the bias gradient sums dpre as it is written). Words go in
+// batches of W: a batch's W loads, then its arithmetic, then its W stores. A load may not pass a
+// store to the same memory, and the compiler cannot prove that the swizzled addresses differ, so
+// with W = 1 each word's load waits for the last word's store and a warp's chain of 32 loads,
+// gelu's and stores a row block runs at latency, not at throughput.
+template <int BN, bool TANH, int W = 1>
 __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_t area, int half, int q, int g, int t,
                                                float (&cs)[BN / 4]) {
+    static_assert((BN / 4) % W == 0, "whole batches");
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++)
+    for (int k0 = 0; k0 < BN / 4; k0 += W) {
+        uint32_t p[W];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint32_t at = staged_at<128>(area, j, h, q, g, t, half);
-            uint32_t p;
-            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(p) : "r"(at) : "memory");
-            const float lo = gelu_grad_of<TANH>(__uint_as_float(p << 16)) * d[4 * j + 2 * h];
-            const float hi = gelu_grad_of<TANH>(__uint_as_float(p & 0xffff0000u)) * d[4 * j + 2 * h + 1];
-            const uint32_t w = pack_bf16x2(lo, hi);
-            cs[2 * j] += __uint_as_float(w << 16);
-            cs[2 * j + 1] += __uint_as_float(w & 0xffff0000u);
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(w) : "memory");
+        for (int i = 0; i < W; i++)
+            asm volatile("ld.shared.u32 %0, [%1];\n"
+                         : "=r"(p[i]) : "r"(staged_at<128>(area, (k0 + i) / 2, (k0 + i) % 2, q, g, t, half)) : "memory");
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            const int k = k0 + i;
+            const float lo = gelu_grad_of<TANH>(__uint_as_float(p[i] << 16)) * d[2 * k];
+            const float hi = gelu_grad_of<TANH>(__uint_as_float(p[i] & 0xffff0000u)) * d[2 * k + 1];
+            p[i] = pack_bf16x2(lo, hi);
+            cs[k & ~1] += __uint_as_float(p[i] << 16);
+            cs[(k & ~1) + 1] += __uint_as_float(p[i] & 0xffff0000u);
         }
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<128>(area, (k0 + i) / 2, (k0 + i) % 2, q, g, t, half)),
+                         "r"(p[i]) : "memory");
+    }
 }
 
 // gemm_tma_dgelu<BN, STAGES, GROUP, TANH>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
@@ -244,7 +294,7 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
 // bits every run. TANH: gelu' through the hardware tanh (gelu.cuh's gelu_grad_tanh) instead of
 // gelu_grad's exponential and reciprocal.
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
-template <int BN, int STAGES, int GROUP, bool TANH = false>
+template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1>
 __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                const TmaMap* map_pre, float* partial, int M, int N, int K) {
     static_assert(BN % 64 == 0 && BN <= 128, "whole 64-column boxes; a column sum a thread");
@@ -290,8 +340,8 @@ __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap
             float cs[BN / 4];
 #pragma unroll
             for (int i = 0; i < BN / 4; i++) cs[i] = 0.0f;
-            dgelu_in_place<BN, TANH>(lo, area, 0, q, g, t, cs);
-            dgelu_in_place<BN, TANH>(hi, area, 1, q, g, t, cs);
+            dgelu_in_place<BN, TANH, W>(lo, area, 0, q, g, t, cs);
+            dgelu_in_place<BN, TANH, W>(hi, area, 1, q, g, t, cs);
             fence_proxy_async();
             warpgroup_sync(w);
             if (issuer) store_boxes<BN, 128>(map_out, area, row0, col0, M, N);
