@@ -1,28 +1,25 @@
 /*
-title = "bf16: version 10's epilogue under the other warpgroup's products (ping-pong: a warpgroup a tile)"
-builds_on = 10
+title = "bf16: version 12 with each tile's bias loaded before its products, not between its staging stores"
+builds_on = 12
 precision = "bf16"
 changed = """
-Version 10's two consumer warpgroups share each 128 x 192 tile, so both run its epilogue at once
-while the tensor cores wait. Here each warpgroup takes whole 128 x 128 tiles, the block's tiles in
-turn (kernels/common/gemm_tma.cuh's gemm_tma_pingpong): four wgmma of 64 x 128 x 16 a k-step on the
-shared ring's stage, two row blocks of accumulators (128 floats a thread), and while it adds the
-bias, converts, stages and hands its boxes (128 x 64) to the copy engine, the other warpgroup's
-products run. The producer warpgroup gives registers back (setmaxnreg 40) so that each consumer
-may hold 232. Tiles go in groups of 16 row blocks, each group column block by column block.
+gemm_tma_pingpong's EARLY_BIAS: before a tile's main loop each thread loads the bias of its
+columns (16 words of two bf16, gemm_tma.cuh's load_bias_pairs) into registers, and the epilogue adds
+them from there (stage_with_bias_pairs). Version 12 loads a pair of bias values inside the loop
+that stages the sums, one column pair after another. Everything else is version 12's.
 """
 why = """
-Version 10's epilogue still cost ~43 us of its 151 at B = 16 on an H200, against ~108 for its main
-loop alone (results/h200-session16-2026-12-02, calls 1 and 2): its GELU alone is 50 M hardware
-tanh, ~1 us a tile an SM, and the tensor cores idle through all of it. A warpgroup's epilogue of a
-128 x 128 tile (~1 us) is shorter than the other's main loop of one (~3.5 us at K = 768), so in
-this order the tensor cores need not wait for it at all.
+In version 12's epilogue each bias load sits between shared-memory stores written as volatile
+asm with a memory clobber, so the compiler keeps each load after the stores before it: up to 32
+global loads a tile, each waiting its own round trip while the tensor cores run only the other
+warpgroup's products. Loaded before the products, the bias is in registers when the epilogue
+starts; the main loop hides its latency.
 """
 preconditions = ["C % 8 == 0", "OC % 8 == 0"]
 arch = "sm_90a"  # TMA, wgmma and setmaxnreg: a Hopper
 
 [[launch]]
-kernel = "matmul_forward_gelu12"
+kernel = "matmul_forward_gelu14"
 grid = "min(cdiv(N, 128) * cdiv(OC, 128), SMS)"
 block = 384
 shared = "1024 + 4 * (128 + 128) * 128 + 1024 + 2 * 128 * 128 * 2"
@@ -33,7 +30,8 @@ args = ["tma:inp, N, C, 128, 64", "tma:weight, OC, C, 128, 64", "tma:out, N, OC,
 // gemm_tma.cuh: a whole Hopper GEMM kernel body (sm_90a), D = A B^T + bias, optionally with the
 // GELU: gemm_wgmma.cuh's main loop, then an epilogue whose stores the copy engine makes.
 // matmul_forward 9 (the bias) and matmul_forward_gelu 10 and 11 (pre and gelu(pre)) are built on
-// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12 on gemm_tma_pingpong (below).
+// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12 on gemm_tma_pingpong, and
+// matmul_backward_dgelu 8 on gemm_tma_dgelu (its epilogue the GELU's backward; below).
 //
 // gemm_tma<BN, STAGES, BUFFERS, GELU>(map_a, map_b, map_out, map_pre, bias, M, N, K):
 //   pre = A B^T + bias (M x N, row-major; A M x K, B N x K, both row-major bf16), written through
@@ -161,14 +159,31 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return fmaf(hx, th, hx);
 }
 
+// gelu_grad_tanh(x): gelu'(x) through the hardware tanh: with th = tanh(u) and h = (1 + th) / 2,
+// gelu'(x) = h + x h (1 - th) u'. One special-function op where gelu_grad takes two. Where th is
+// near +-1 (|x| > ~2) the hardware tanh's documented error bound (~5e-4) is a large share of 1 - th or
+// 1 + th, so by that bound gelu' could err by ~3e-3 there. Measured on an H200 it errs by at most
+// 1.6e-5 over [-12, 12] (matmul_backward_dgelu 9's header): for a dpre rounded to bf16.
+__device__ __forceinline__ float gelu_grad_tanh(float x) {
+    const float x2 = x * x;
+    const float u = x * fmaf(GELU_SCALE * GELU_CUBIC, x2, GELU_SCALE);
+    const float du = fmaf(3.0f * GELU_SCALE * GELU_CUBIC, x2, GELU_SCALE);
+    float th;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(th) : "f"(u));
+    const float h = fmaf(0.5f, th, 0.5f);
+    return fmaf(x * h * (1.0f - th), du, h);
+}
+
 #endif  // KERNELS_COMMON_GELU_CUH
 
-// ---- end gelu.cuh ----         // gelu_tanh
+// ---- end gelu.cuh ----         // gelu_tanh, gelu_grad, gelu_grad_tanh
 // ---- begin gemm_wgmma.cuh ----
 // gemm_wgmma.cuh: the main loop of a Hopper GEMM (sm_90a) with a fused epilogue of the caller's:
 // TMA copies into a ring of shared-memory stages, wgmma with 64 x BN x 16 instructions, one
-// producer warp and two consumer warpgroups; optionally two blocks a cluster sharing B's tiles.
-// matmul_forward_gelu 7-11 and matmul_forward 9 are built on it (the last three through gemm_tma.cuh).
+// producer warp and two consumer warpgroups; optionally two blocks a cluster sharing B's tiles,
+// tiles in groups of row blocks, or each warpgroup on whole tiles of its own (ping-pong).
+// matmul_forward_gelu 7-12 and matmul_forward 9-10 are built on it (10-12 and 9-10 through
+// gemm_tma.cuh, which also holds the TMA stores' side: tma_store_2d, bulk_commit, bulk_wait*).
 //
 // D (M x N, row-major) = A (M x K, row-major) B^T, B given as N x K row-major (a Linear layer's
 // weight): both operands "K-major", the k index running along their rows, as wgmma.cuh's Q and K.
@@ -188,6 +203,12 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 //   wgmma (k = 16 each) on the stage, one commit; the stage is handed back (its `empty` barrier,
 //   one arrival per consumer warp) once the next k-step's group is issued and this one has
 //   completed (wgmma_wait<1>), so the tensor cores always have a group queued.
+// * GemmRing<BN, STAGES, CLUSTER, GROUP, PINGPONG>: GROUP > 1 orders the tiles in groups of GROUP
+//   row blocks, each group column block by column block (origin), so that a B larger than L2 (the
+//   lm head's 77 MB weight) is read from memory once a group, not once a row block. PINGPONG gives
+//   each consumer warpgroup whole tiles (consume_tile: two 64-row halves), the block's tiles in
+//   turn, so one's epilogue runs under the other's products; the two take turns at the ring
+//   (consume_tile says why they must) and a stage is released by one warpgroup's 4 warps.
 //
 // ---- The accumulator (per consumer thread: warp q of its warpgroup, g = lane / 4, t = lane % 4)
 // d[4 j + e] = D[64 w + 16 q + g + 8 (e / 2)][8 j + 2 t + (e % 2)], j = 0 .. BN / 8 - 1: wgmma.cuh's
@@ -207,7 +228,7 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 // ---- begin mbarrier.cuh ----
 // mbarrier.cuh: shared-memory barriers (mbarriers, sm_90) between the warps that fill a buffer
 // and those that read it: attention_forward 13-15's producer warps, and the TMA GEMMs
-// (matmul_forward_gelu/gemm_wgmma.cuh), whose copies complete a barrier's phase themselves.
+// (common/gemm_wgmma.cuh), whose copies complete a barrier's phase themselves.
 //
 // An mbarrier is a 64-bit object in shared memory, initialised with the number of arrivals that
 // complete its current phase; when they have all arrived the phase completes, its parity bit
@@ -664,9 +685,10 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
         "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
 
-// The shared memory of a GemmRing<BN, STAGES, CLUSTER>: STAGES stages of A (128 x 64) then B
-// (BN x 64), each 1024-aligned, then a full and an empty barrier a stage: a launch asks for
-// 1024 (slack for the alignment) + STAGES * STAGE + 16 * STAGES bytes, then the kernel's own.
+// The shared memory of a GemmRing: STAGES stages of A (128 x 64) then B (BN x 64), each
+// 1024-aligned, then a full and an empty barrier a stage (and, with PINGPONG, the two turns): a
+// launch asks for 1024 (slack for the alignment) + STAGES * STAGE + 16 * STAGES (+ 16) bytes, then
+// the kernel's own, from end().
 //
 // The tiles: with T = cdiv(cdiv(M, 128), CLUSTER) * cdiv(N, BN) tile slots (count), block b's
 // slots are p = b / CLUSTER, + gridDim.x / CLUSTER, ...; slot p's tile (origin) is row block
@@ -851,6 +873,65 @@ __device__ __forceinline__ void store_boxes(const TmaMap* map, uint32_t area, in
 
 __device__ __forceinline__ void warpgroup_sync(int w) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory"); }
 
+// The bias added to one row block's accumulators (in place) and the sums staged as bf16.
+template <int BN, int ROWS>
+__device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* bias, uint32_t area, int col0, int N,
+                                                int half, int q, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int c = col0 + 8 * j + 2 * t;
+        const float2 b = c < N ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + c))
+                               : make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            d[4 * j + 2 * h] += b.x;
+            d[4 * j + 2 * h + 1] += b.y;
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
+                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
+        }
+    }
+}
+
+// The bias pairs of a thread's columns (8 j + 2 t and 8 j + 2 t + 1 of the tile), packed bf16
+// (zero past N): loaded before the tile's products, so that their latency hides under them.
+template <int BN>
+__device__ __forceinline__ void load_bias_pairs(uint32_t (&b)[BN / 8], const bf16* bias, int col0, int N, int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int c = col0 + 8 * j + 2 * t;
+        b[j] = c < N ? *reinterpret_cast<const uint32_t*>(bias + c) : 0u;
+    }
+}
+
+// stage_with_bias with the bias pairs already in registers (load_bias_pairs).
+template <int BN, int ROWS>
+__device__ __forceinline__ void stage_with_bias_pairs(float (&d)[BN / 2], const uint32_t (&b)[BN / 8], uint32_t area,
+                                                      int half, int q, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const float bx = __uint_as_float(b[j] << 16), by = __uint_as_float(b[j] & 0xffff0000u);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            d[4 * j + 2 * h] += bx;
+            d[4 * j + 2 * h + 1] += by;
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
+                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
+        }
+    }
+}
+
+// One row block's packed pairs (word 2 j + h: the pair (d[4 j + 2 h], d[4 j + 2 h + 1])) staged.
+template <int BN, int ROWS>
+__device__ __forceinline__ void stage_words(const uint32_t (&words)[BN / 4], uint32_t area, int half, int q, int g,
+                                            int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
+                         "r"(words[2 * j + h]) : "memory");
+}
+
 template <int BN, int STAGES, int BUFFERS, bool GELU>
 __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                          const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
@@ -879,19 +960,7 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
             row0 += 64 * w;
             if (issuer) bulk_wait_read<0>();  // the last tile's boxes have been read out
             warpgroup_sync(w);
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-                const int c = col0 + 8 * j + 2 * t;
-                const float2 b = c < N ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + c))
-                                       : make_float2(0.0f, 0.0f);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    d[4 * j + 2 * h] += b.x;
-                    d[4 * j + 2 * h + 1] += b.y;
-                    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at(area_pre, j, h, q, g, t)),
-                                 "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
-                }
-            }
+            stage_with_bias<BN, 64>(d, bias, area_pre, col0, N, 0, q, g, t);
             fence_proxy_async();
             warpgroup_sync(w);
             if (issuer) store_boxes<BN>(map_pre, area_pre, row0, col0, M, N);
@@ -905,12 +974,7 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
                     if (issuer) bulk_wait_read<0>();
                     warpgroup_sync(w);
                 }
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at(area_out, j, h, q, g, t)),
-                                     "r"(gp[2 * j + h]) : "memory");
+                stage_words<BN, 64>(gp, area_out, 0, q, g, t);
                 fence_proxy_async();
                 warpgroup_sync(w);
                 if (issuer) store_boxes<BN>(map_out, area_out, row0, col0, M, N);
@@ -919,25 +983,6 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
         if (issuer) bulk_wait<0>();  // every store performed before the block's shared memory goes
     }
     ring.finish();
-}
-
-// The bias added to one row block's accumulators (in place) and the sums staged as bf16.
-template <int BN, int ROWS>
-__device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* bias, uint32_t area, int col0, int N,
-                                                int half, int q, int g, int t) {
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const int c = col0 + 8 * j + 2 * t;
-        const float2 b = c < N ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + c))
-                               : make_float2(0.0f, 0.0f);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            d[4 * j + 2 * h] += b.x;
-            d[4 * j + 2 * h + 1] += b.y;
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
-                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
-        }
-    }
 }
 
 // gemm_tma_pingpong<BN, STAGES, GROUP, GELU>: gemm_tma's product and outputs, each consumer
@@ -949,7 +994,7 @@ __device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* 
 // back (setmaxnreg: 40 for it, 232 for each consumer). Tiles go in groups of GROUP row blocks
 // (GemmRing::origin). Maps of pre and out: box 128 x 64.
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2.
-template <int BN, int STAGES, int GROUP, bool GELU>
+template <int BN, int STAGES, int GROUP, bool GELU, bool EARLY_BIAS = false>
 __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                   const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
     static_assert(BN % 64 == 0, "whole 64-column boxes");
@@ -968,41 +1013,172 @@ __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const Tma
             tensormap_acquire(map_pre);
             if (GELU) tensormap_acquire(map_out);
         }
-        const int ksteps = (K + 63) / 64;
+        const int ksteps = (K + ring.BK - 1) / ring.BK;
         float lo[BN / 2], hi[BN / 2];
         int it = w * ksteps, n = 0;  // the block's k-steps before this warpgroup's first; its tiles so far
         for (int p = ring.first() + w * ring.stride(); p < ring.count(M, N); p += 2 * ring.stride(), n++) {
+            int row0, col0;
+            uint32_t bias_pairs[BN / 8];
+            if constexpr (EARLY_BIAS) {
+                ring.origin(p, M, N, row0, col0);
+                load_bias_pairs<BN>(bias_pairs, bias, col0, N, t);
+            }
             ring.consume_tile(lo, hi, K, it, w, n);
             it += ksteps;  // the other warpgroup's tile
-            int row0, col0;
-            ring.origin(p, M, N, row0, col0);
+            if constexpr (!EARLY_BIAS) ring.origin(p, M, N, row0, col0);
             if (issuer) bulk_wait_read<0>();  // the last tile's boxes have been read out
             warpgroup_sync(w);
-            stage_with_bias<BN, 128>(lo, bias, area, col0, N, 0, q, g, t);
-            stage_with_bias<BN, 128>(hi, bias, area, col0, N, 1, q, g, t);
+            if constexpr (EARLY_BIAS) {
+                stage_with_bias_pairs<BN, 128>(lo, bias_pairs, area, 0, q, g, t);
+                stage_with_bias_pairs<BN, 128>(hi, bias_pairs, area, 1, q, g, t);
+            } else {
+                stage_with_bias<BN, 128>(lo, bias, area, col0, N, 0, q, g, t);
+                stage_with_bias<BN, 128>(hi, bias, area, col0, N, 1, q, g, t);
+            }
             fence_proxy_async();
             warpgroup_sync(w);
             if (issuer) store_boxes<BN, 128>(map_pre, area, row0, col0, M, N);
             if constexpr (GELU) {
-                uint32_t gp[BN / 2];  // gelu(pre) packed, rows of lo then of hi
+                uint32_t gp_lo[BN / 4], gp_hi[BN / 4];  // gelu(pre) packed, each row block's
 #pragma unroll
                 for (int i = 0; i < BN / 2; i += 2) {
-                    gp[i / 2] = pack_bf16x2(gelu_tanh(lo[i]), gelu_tanh(lo[i + 1]));
-                    gp[BN / 4 + i / 2] = pack_bf16x2(gelu_tanh(hi[i]), gelu_tanh(hi[i + 1]));
+                    gp_lo[i / 2] = pack_bf16x2(gelu_tanh(lo[i]), gelu_tanh(lo[i + 1]));
+                    gp_hi[i / 2] = pack_bf16x2(gelu_tanh(hi[i]), gelu_tanh(hi[i + 1]));
                 }
                 if (issuer) bulk_wait_read<0>();
                 warpgroup_sync(w);
-#pragma unroll
-                for (int half = 0; half < 2; half++)
-#pragma unroll
-                    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-                            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<128>(area, j, h, q, g, t, half)),
-                                         "r"(gp[half * BN / 4 + 2 * j + h]) : "memory");
+                stage_words<BN, 128>(gp_lo, area, 0, q, g, t);
+                stage_words<BN, 128>(gp_hi, area, 1, q, g, t);
                 fence_proxy_async();
                 warpgroup_sync(w);
                 if (issuer) store_boxes<BN, 128>(map_out, area, row0, col0, M, N);
+            }
+        }
+        if (issuer) bulk_wait<0>();  // every store performed before the block's shared memory goes
+    }
+    ring.finish();
+}
+
+template <bool TANH>
+__device__ __forceinline__ float gelu_grad_of(float x) { return TANH ? gelu_grad_tanh(x) : gelu_grad(x); }
+
+// One row block's dpre in place of its pre: the pre pair staged where the accumulator pair (j, h)
+// goes (word k = 2 j + h) becomes gelu'(pre) * the pair, rounded to bf16, and cs[2 j + e] adds the
+// rounded values (column 8 j + 2 t + e; the bias gradient sums dpre as it is written). Words go in
+// batches of W: a batch's W loads, then its arithmetic, then its W stores. A load may not pass a
+// store to the same memory, and the compiler cannot prove that the swizzled addresses differ, so
+// with W = 1 each word's load waits for the last word's store and a warp's chain of 32 loads,
+// gelu's and stores a row block runs at latency, not at throughput.
+template <int BN, bool TANH, int W = 1>
+__device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_t area, int half, int q, int g, int t,
+                                               float (&cs)[BN / 4]) {
+    static_assert((BN / 4) % W == 0, "whole batches");
+#pragma unroll
+    for (int k0 = 0; k0 < BN / 4; k0 += W) {
+        uint32_t p[W];
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            asm volatile("ld.shared.u32 %0, [%1];\n"
+                         : "=r"(p[i]) : "r"(staged_at<128>(area, (k0 + i) / 2, (k0 + i) % 2, q, g, t, half)) : "memory");
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            const int k = k0 + i;
+            const float lo = gelu_grad_of<TANH>(__uint_as_float(p[i] << 16)) * d[2 * k];
+            const float hi = gelu_grad_of<TANH>(__uint_as_float(p[i] & 0xffff0000u)) * d[2 * k + 1];
+            p[i] = pack_bf16x2(lo, hi);
+            cs[k & ~1] += __uint_as_float(p[i] << 16);
+            cs[(k & ~1) + 1] += __uint_as_float(p[i] & 0xffff0000u);
+        }
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<128>(area, (k0 + i) / 2, (k0 + i) % 2, q, g, t, half)),
+                         "r"(p[i]) : "memory");
+    }
+}
+
+// gemm_tma_dgelu<BN, STAGES, GROUP, TANH>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
+// backward on gemm_tma_pingpong's product. With D = A B^T (M x N): out = gelu'(pre) * D, rounded to
+// bf16 (map_out), and partial[r * N + c] = the sum of out's rows 128 r .. 128 r + 127 in column c
+// (fp32; one row of partials a row block, for the caller's column add).
+// A warpgroup's tile: before its products, its first thread waits until the copy engine has read
+// its last tile's boxes out of the warpgroup's staging area and asks the TMA for this tile's pre
+// into it (map_pre: box 128 x 64, the staged layout itself), so the load runs under the products.
+// Each thread then turns the pre pairs where its accumulator pairs go into dpre pairs (in place:
+// each word is one thread's), the copy engine stores the boxes, and the column sums meet across the
+// warp (shuffles over g) and the warpgroup's four warps (shared memory, in warp order): the same
+// bits every run. TANH: gelu' through the hardware tanh (gelu.cuh's gelu_grad_tanh) instead of
+// gelu_grad's exponential and reciprocal.
+// Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
+template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1>
+__device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
+                                               const TmaMap* map_pre, float* partial, int M, int N, int K) {
+    static_assert(BN % 64 == 0 && BN <= 128, "whole 64-column boxes; a column sum a thread");
+    extern __shared__ float4 smem4[];
+    GemmRing<BN, STAGES, 1, GROUP, true> ring;
+    ring.init(smem_addr(smem4));
+    const uint32_t pre_full = ring.end();  // + 8 w: warpgroup w's pre has landed
+    if (threadIdx.x == 0) {
+        mbar_init(pre_full, 1);
+        mbar_init(pre_full + 8, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
+        setmaxnreg_dec<40>();
+        if (threadIdx.x == 0) ring.produce(map_a, map_b, M, N, K);
+    } else {
+        setmaxnreg_inc<232>();
+        const int w = threadIdx.x / 128 - 1, lane = threadIdx.x % 128, q = lane / 32, g = lane % 32 / 4, t = lane % 4;
+        const bool issuer = lane == 0;
+        const uint32_t staging = (ring.end() + 16 + 1023) & ~1023u, area = staging + w * 128 * BN * 2;
+        const uint32_t sums = staging + 2 * 128 * BN * 2 + w * 4 * BN * 4;  // [warp][column] floats
+        const uint32_t landed = pre_full + 8 * w;
+        if (issuer) {
+            tensormap_acquire(map_pre);
+            tensormap_acquire(map_out);
+        }
+        const int ksteps = (K + ring.BK - 1) / ring.BK;
+        float lo[BN / 2], hi[BN / 2];
+        int it = w * ksteps, n = 0;
+        for (int p = ring.first() + w * ring.stride(); p < ring.count(M, N); p += 2 * ring.stride(), n++) {
+            int row0, col0;
+            ring.origin(p, M, N, row0, col0);
+            if (issuer) {
+                bulk_wait_read<0>();  // the last tile's dpre has been read out of the area
+                mbar_expect_tx(landed, 128 * BN * 2);
+#pragma unroll
+                for (int b = 0; b < BN / 64; b++) tma_load_2d(area + b * (128 * 128), map_pre, col0 + 64 * b, row0, landed);
+            }
+            ring.consume_tile(lo, hi, K, it, w, n);
+            it += ksteps;
+            mbar_wait(landed, n & 1);
+            float cs[BN / 4];
+#pragma unroll
+            for (int i = 0; i < BN / 4; i++) cs[i] = 0.0f;
+            dgelu_in_place<BN, TANH, W>(lo, area, 0, q, g, t, cs);
+            dgelu_in_place<BN, TANH, W>(hi, area, 1, q, g, t, cs);
+            fence_proxy_async();
+            warpgroup_sync(w);
+            if (issuer) store_boxes<BN, 128>(map_out, area, row0, col0, M, N);
+#pragma unroll
+            for (int i = 0; i < BN / 4; i++) {
+                float v = cs[i];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);
+                v += __shfl_xor_sync(0xffffffffu, v, 8);
+                v += __shfl_xor_sync(0xffffffffu, v, 16);
+                if (g == 0)  // column 8 (i / 2) + 2 t + i % 2
+                    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sums + 4 * (q * BN + 8 * (i / 2) + 2 * t + i % 2)),
+                                 "f"(v) : "memory");
+            }
+            warpgroup_sync(w);
+            if (lane < BN && col0 + lane < N) {
+                float s = 0.0f, v;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(sums + 4 * (k * BN + lane)) : "memory");
+                    s += v;
+                }
+                partial[(size_t)(row0 / 128) * N + col0 + lane] = s;
             }
         }
         if (issuer) bulk_wait<0>();  // every store performed before the block's shared memory goes
@@ -1020,10 +1196,10 @@ constexpr int STAGES = 4;    // k-steps of 64 in flight
 constexpr int GROUP = 16;    // row blocks a group of tiles
 
 extern "C" __global__ void __launch_bounds__(384, 1)
-matmul_forward_gelu12(const TmaMap* map_inp, const TmaMap* map_weight, const TmaMap* map_out, const TmaMap* map_pre,
+matmul_forward_gelu14(const TmaMap* map_inp, const TmaMap* map_weight, const TmaMap* map_out, const TmaMap* map_pre,
                       const bf16* bias, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    gemm_tma_pingpong<TILE_N, STAGES, GROUP, true>(map_inp, map_weight, map_out, map_pre, bias, M, N, K);
+    gemm_tma_pingpong<TILE_N, STAGES, GROUP, true, true>(map_inp, map_weight, map_out, map_pre, bias, M, N, K);
 #else
     __trap();  // TMA, wgmma and setmaxnreg need sm_90a (a Hopper GPU): see the header
 #endif
