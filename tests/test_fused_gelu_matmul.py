@@ -81,7 +81,7 @@ def test_the_library_versions_need_aux_rows_a_multiple_of_8_and_the_naive_one_ta
         assert any(s["B"] * s["T"] % 2 and s[{"C": "OC", "OC": "C"}[dim]] % 4 for s in accepted), "odd N and other dim"
 
 
-@pytest.mark.parametrize("number", [7, 8, 9, 10, 11, 12, 13, 14])
+@pytest.mark.parametrize("number", [7, 8, 9, 10, 11, 12, 13, 14, 15])
 def test_the_tma_gemm_is_checked_past_every_edge_of_its_tiles(number):
     """matmul_forward_gelu 7-13 (TMA boxes of 128 rows x 64 k, 192 or 128 output columns a tile)
     need C and OC multiples of 8 (the TMA's 16-byte rows, their 16-byte stores); the test sizes they

@@ -4,7 +4,7 @@
 // gemm_tma; matmul_forward 10 and matmul_forward_gelu 12 on gemm_tma_pingpong, and
 // matmul_backward_dgelu 8 on gemm_tma_dgelu (its epilogue the GELU's backward; below).
 //
-// gemm_tma<BN, STAGES, BUFFERS, GELU>(map_a, map_b, map_out, map_pre, bias, M, N, K):
+// gemm_tma<BN, STAGES, BUFFERS, GELU, GIVE_REGS>(map_a, map_b, map_out, map_pre, bias, M, N, K):
 //   pre = A B^T + bias (M x N, row-major; A M x K, B N x K, both row-major bf16), written through
 //   map_pre; with GELU also out = gelu(pre) through map_out (computed from the fp32 sum, not from
 //   pre's rounding). map_a's box is 128 x 64, map_b's BN x 64, map_out's and map_pre's 64 x 64.
@@ -18,6 +18,9 @@
 // same staging area once the engine has read pre's boxes (BUFFERS = 1), or in a second one
 // (BUFFERS = 2). Before the next tile's writes, the issuing thread waits until the engine has read
 // the last boxes; before the block ends, until every store is performed.
+//
+// GIVE_REGS: the producer warpgroup gives registers back (setmaxnreg: 40 for it, 232 for each
+// consumer), for tiles whose accumulators and gelu(pre) words outgrow 168 (BN = 256).
 //
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 (the ring) + 1024 (its barriers, padded
 // so the staging stays 1024-aligned) + 2 * BUFFERS * BN * 128 (the staging of two warpgroups).
@@ -117,7 +120,7 @@ __device__ __forceinline__ void stage_words(const uint32_t (&words)[BN / 4], uin
                          "r"(words[2 * j + h]) : "memory");
 }
 
-template <int BN, int STAGES, int BUFFERS, bool GELU>
+template <int BN, int STAGES, int BUFFERS, bool GELU, bool GIVE_REGS = false>
 __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                          const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
     static_assert(BN % 64 == 0, "whole 64-column boxes");
@@ -126,8 +129,10 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
     GemmRing<BN, STAGES, 1> ring;
     ring.init(smem_addr(smem4));
     if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
+        if constexpr (GIVE_REGS) setmaxnreg_dec<40>();
         if (threadIdx.x == 0) ring.produce(map_a, map_b, M, N, K);
     } else {
+        if constexpr (GIVE_REGS) setmaxnreg_inc<232>();
         const int w = threadIdx.x / 128 - 1, lane = threadIdx.x % 128, q = lane / 32, g = lane % 32 / 4, t = lane % 4;
         const bool issuer = lane == 0;  // this warpgroup's stores go through its first thread
         const uint32_t staging = (ring.end() + 1023) & ~1023u;
@@ -170,14 +175,16 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
     ring.finish();
 }
 
-// gemm_tma_pingpong<BN, STAGES, GROUP, GELU>: gemm_tma's product and outputs, each consumer
+// gemm_tma_pingpong<BN, STAGES, GROUP, GELU, EARLY_BIAS>: gemm_tma's product and outputs, each consumer
 // warpgroup taking whole 128 x BN tiles, the block's tiles in turn (GemmRing's PINGPONG): while one
 // warpgroup runs its epilogue the other's products keep the tensor cores busy, since the ring,
 // filled in the block's tile order, hands a warpgroup its next tile's stages only as the other
 // finishes with its own. A warpgroup holds 2 x BN / 2 accumulators (and, with GELU, BN / 2 packed
 // words of gelu(pre)): more than 384 threads may have, so the producer warpgroup gives registers
 // back (setmaxnreg: 40 for it, 232 for each consumer). Tiles go in groups of GROUP row blocks
-// (GemmRing::origin). Maps of pre and out: box 128 x 64.
+// (GemmRing::origin). Maps of pre and out: box 128 x 64. EARLY_BIAS: each thread loads its
+// columns' bias into registers before a tile's products (load_bias_pairs), not between the
+// epilogue's staging stores.
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2.
 template <int BN, int STAGES, int GROUP, bool GELU, bool EARLY_BIAS = false>
 __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
@@ -281,7 +288,7 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
     }
 }
 
-// gemm_tma_dgelu<BN, STAGES, GROUP, TANH>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
+// gemm_tma_dgelu<BN, STAGES, GROUP, TANH, W>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
 // backward on gemm_tma_pingpong's product. With D = A B^T (M x N): out = gelu'(pre) * D, rounded to
 // bf16 (map_out), and partial[r * N + c] = the sum of out's rows 128 r .. 128 r + 127 in column c
 // (fp32; one row of partials a row block, for the caller's column add).
@@ -292,7 +299,8 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
 // each word is one thread's), the copy engine stores the boxes, and the column sums meet across the
 // warp (shuffles over g) and the warpgroup's four warps (shared memory, in warp order): the same
 // bits every run. TANH: gelu' through the hardware tanh (gelu.cuh's gelu_grad_tanh) instead of
-// gelu_grad's exponential and reciprocal.
+// gelu_grad's exponential and reciprocal. W: the pre words dgelu_in_place loads before it
+// computes and stores any of them (1: one word at a time).
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
 template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1>
 __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
