@@ -16,6 +16,14 @@ store: per row block, a chain of 32 dependent round trips (the shared-memory loa
 then the pack). Only one warp a scheduler does the epilogue (the other warpgroup's warp is at its
 products), so nothing hides that chain. Loading the 32 words first leaves one round trip a row
 block. The registers are there: ptxas reports no spills at 32 (168 registers, as version 9).
+The SASS confirms both orders (results/h200-session18-2026-12-02/callA/sass-excerpt.txt).
+Measured on an H200 (session 18, call A), the family alone: 268.7 us at B = 16 against version 8's
+289.2, 507.8 at B = 32 against 553.3 (session 17 measured 9 at 273.0 / 516.0 beside 8's 296.5 /
+580.4): the batches add little to 9's hardware tanh. In the step under the profiler (call C, B =
+32) the kernel takes 298.5 us a layer, against 338 for version 8 (session 17, call 3). Promoted
+with matmul_forward_gelu 14. The trainer's bf16 step (call A): 27.85 ms at B = 16 and 54.28 at
+B = 32 with 10 alone, 27.97 / 54.61 with 8, PyTorch 37.16 / 69.32. The step's GPU tests pass
+(call B), and racecheck finds 0 hazards in its three kernels without the library step (call B).
 """
 preconditions = ["C % 8 == 0", "OC % 8 == 0"]
 arch = "sm_90a"  # TMA, wgmma and setmaxnreg: a Hopper

@@ -15,6 +15,11 @@ is short and its turn waits show the epilogue ending early: the ring is fed too 
 tile takes 32 KB from L2 for each k-step's 2.1 MFLOP; a 128 x 256 tile 48 KB for 4.2 MFLOP, a
 quarter less traffic for the same work (cuBLASLt's tile here is 128 x 160 in pairs that share B,
 a third less). The price: the two warpgroups run the epilogue together, as in version 10.
+Measured on an H200 (session 18, call C): 151.6 us at B = 16 and 284.0 at B = 32, against
+version 14's 143.7 / 271.3 and version 10's 153.0 / 285.0 in the same call: no faster than 10,
+slower than 14. The exposed epilogue costs what the lighter traffic saves, so the next step is
+the ping-pong order with less traffic a tile (pairs of blocks sharing B through multicast), not
+wider cooperative tiles. Not promoted; kept as the measured step of the course.
 """
 preconditions = ["C % 8 == 0", "OC % 8 == 0"]
 arch = "sm_90a"  # TMA, wgmma and setmaxnreg: a Hopper
