@@ -61,6 +61,19 @@ __device__ __forceinline__ void store_boxes(const TmaMap* map, uint32_t area, in
 
 __device__ __forceinline__ void warpgroup_sync(int w) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory"); }
 
+// Column pair j's bias (bx, by) added to its accumulators in both rows (in place), the sums staged as bf16.
+template <int BN, int ROWS>
+__device__ __forceinline__ void stage_pair_with_bias(float (&d)[BN / 2], int j, float bx, float by, uint32_t area,
+                                                     int half, int q, int g, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        d[4 * j + 2 * h] += bx;
+        d[4 * j + 2 * h + 1] += by;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
+                     "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
+    }
+}
+
 // The bias added to one row block's accumulators (in place) and the sums staged as bf16.
 template <int BN, int ROWS>
 __device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* bias, uint32_t area, int col0, int N,
@@ -70,13 +83,7 @@ __device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* 
         const int c = col0 + 8 * j + 2 * t;
         const float2 b = c < N ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + c))
                                : make_float2(0.0f, 0.0f);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            d[4 * j + 2 * h] += b.x;
-            d[4 * j + 2 * h + 1] += b.y;
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
-                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
-        }
+        stage_pair_with_bias<BN, ROWS>(d, j, b.x, b.y, area, half, q, g, t);
     }
 }
 
@@ -96,16 +103,9 @@ template <int BN, int ROWS>
 __device__ __forceinline__ void stage_with_bias_pairs(float (&d)[BN / 2], const uint32_t (&b)[BN / 8], uint32_t area,
                                                       int half, int q, int g, int t) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const float bx = __uint_as_float(b[j] << 16), by = __uint_as_float(b[j] & 0xffff0000u);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            d[4 * j + 2 * h] += bx;
-            d[4 * j + 2 * h + 1] += by;
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
-                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
-        }
-    }
+    for (int j = 0; j < BN / 8; j++)
+        stage_pair_with_bias<BN, ROWS>(d, j, __uint_as_float(b[j] << 16), __uint_as_float(b[j] & 0xffff0000u), area,
+                                       half, q, g, t);
 }
 
 // One row block's packed pairs (word 2 j + h: the pair (d[4 j + 2 h], d[4 j + 2 h + 1])) staged.
