@@ -24,6 +24,12 @@ Measured on the H100 in session 19 (call 1), at the trainer's shape (B = 16, T =
 L2 flushed): version 15 93.2-93.7 us against cuDNN's 88.3-88.4 (1.055-1.061x). Nsight Compute put
 both at 3 warps a scheduler with the issue slots half used; cuDNN's kernel fetches with the TMA, and
 ours spent issue slots and a wait on its own copies. This version takes them off the warpgroup.
+Measured (session 19, H100, calls 2 and 3): 96.7-97.6 us against 15's 93.3-93.9 and cuDNN's
+87.4-88.3: slower, although Nsight Compute at base clocks had it at cuDNN's time (105.2 us against
+105.0; 15: 110.3). The cost is each block's start: thread 0's acquire of the tensor maps and the
+TMA's first read of their descriptors lie before the first copy, and 1,536 blocks start four to a
+slot (without the acquire, as a diagnostic only, 87.3-88.2 us). Version 17 moves that start under
+copies of the warpgroup's own. Kept as the course's measured step; not promoted.
 """
 preconditions = ["HS == 64"]
 arch = "sm_90a"  # wgmma and the TMA: a Hopper; elsewhere the workbench refuses it
