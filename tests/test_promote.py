@@ -176,7 +176,7 @@ def test_the_shipped_wgmma_attention_falls_back_to_a_version_for_any_gpu():
     """The shipped bf16 attention is the wgmma pair (sm_90a, HS == 64); each keeps a frozen,
     hash-checked fallback that runs on any GPU and at the tiny preset's 16-channel heads."""
     promoted = PromotedSet()
-    for family, number in (("attention_forward", 15), ("attention_backward", 15)):
+    for family, number in (("attention_forward", 17), ("attention_backward", 15)):
         e = promoted.manifest[f"{family}.bf16"]
         assert e["arch"] == "sm_90a" and e["version"] == number
         fb = promoted.version_of(e["fallback"])

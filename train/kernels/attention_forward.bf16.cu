@@ -1,42 +1,35 @@
 /*
-title = "bf16 wgmma flash attention: one warpgroup a block, 128 keys a tile, three blocks an SM"
-builds_on = 14
+title = "bf16 wgmma flash attention: the TMA's tiles, the block's first tile copied while the tensor maps are acquired"
+builds_on = 16
 precision = "bf16"
 changed = """
-Version 14's block is two warpgroups of 64 query rows sharing 64-key tiles and two producer warps,
-two blocks an SM (four warpgroups), 96 registers a thread. Here a block is one warpgroup of 64
-rows that fetches its own tiles, and a tile is 128 keys:
-* S for a tile is two 64-key halves (eight wgmma, one commit, one wait), and the row maximum is
-  taken over all 128 keys at once: half the waits and rescale decisions a key.
-* P V is eight wgmma from registers; the first half's four start while the second half's P is
-  computed.
-* No producer warps and no mbarriers: the warpgroup fetches tile j + 1 (cp.async, 128 threads,
-  version 13's copy) right after the block barrier that opens tile j, into the other of two
-  32 KB buffers; that barrier also says every warp is done with the buffer being refilled.
-* 73 KB a block, three blocks an SM: three warpgroups, each with up to 168 registers (162 used)
-  to hold S for 128 keys beside O. (A producer warp costs this: five warps a block put four on
-  some scheduler, whose 16K registers then allow 128 a thread, and S and O spilled.)
-* A query tile's keys end at its diagonal: where that leaves one half of the last tile (the
-  block's first row a multiple of 128), only that half is multiplied and softmaxed.
-* Blocks run heads fastest, the longest query tiles (the most keys) first, as in version 14.
+Version 16 with the block's start as version 15's: the warpgroup's own cp.async copies bring Q and
+the first K/V tile, and while they are in flight thread 0 initialises the mbarriers, acquires the
+tensor maps and asks the TMA for tile 1. From tile 1 on, the tiles come from the TMA as in 16
+(tile j, j >= 1, completes phase (j - 1) / 2 of buffer j % 2's mbarrier). Every block pays
+the acquire (a fence that waits for memory) and the TMA's first read of each map's descriptor
+before its first copy; in 16 both lay on the path to its first product, here under Q and tile 0's
+copies.
 """
 why = """
-cuDNN's forward kernel at the trainer's shape is named ..._64x128x64_4x1x1: a 64-row query tile,
-128-key tiles, the 64-wide head, one warpgroup a block. On the H100 version 14 took 96.2-96.8 us
-against cuDNN's 88.4-88.8 (1.09x; Nsight Compute: SM throughput 49%, issue slots 48%: latency-
-bound, not DRAM-bound: launching a head's query tiles together raised its L2 hit rate from 34% to
-62% and made it slower, 102-103 us). Fewer, longer rounds per key give each warpgroup more tensor
-work per wait.
+Session 19, on the H100, B = 16, T = 1024, NH = 12 (L2 flushed; cuDNN = version 9 in the same
+call): version 16 took 96.7-97.6 us against 15's 93.3-93.9 and cuDNN's 87.4-88.3, although Nsight
+Compute at base clocks had it at cuDNN's time (105.2 us against 105.0; 15: 110.3). A block of 16
+lasts ~24 us and 1,536 of them run four to a slot. Timed side by side (call 3): 16 without the
+acquire (a diagnostic only: the maps are written by the host, and the acquire is what orders them
+for the TMA) 87.3-88.2 us; this version 89.3-89.5; 15 93.5-93.6; cuDNN 88.1-88.3. So the
+cost was the block's start, not the copies themselves.
 """
 preconditions = ["HS == 64"]
-arch = "sm_90a"  # wgmma: a Hopper; elsewhere the workbench refuses it (the build there is a trap)
+arch = "sm_90a"  # wgmma and the TMA: a Hopper; elsewhere the workbench refuses it
 
 [[launch]]
-kernel = "attention_forward15"
+kernel = "attention_forward17"
 grid = ["B * NH", "cdiv(T, 64)"]
 block = 128
-shared = "1024 + 64 * 128 + 2 * 2 * 128 * 128"
-args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
+shared = "1024 + 64 * 128 + 2 * 2 * 128 * 128 + 16"
+args = ["out", "lse", "tma:qkv, B * T, 3 * C, 64, 64", "tma:qkv, B * T, 3 * C, 128, 64", "qkv", "T", "NH",
+        "1.4426950408889634 / sqrt(HS)"]
 */
 // ---- begin attention_fwd_mma.cuh ----
 // attention_fwd_mma.cuh: the warp-level pieces of a bf16 flash-attention forward in which a warp
@@ -610,13 +603,61 @@ __device__ __forceinline__ void store_rows(bf16* out, float* lse, const float (&
 
 #endif  // KERNELS_COMMON_ATTENTION_FWD_MMA_CUH
 
-// ---- end attention_fwd_mma.cuh ----  // mask_causal, rescale, store_rows (version 11's)
+// ---- end attention_fwd_mma.cuh ----  // store_rows (version 11's)
 // (already included: bf16.cuh)
-// ---- begin producers.cuh ----
-// producers.cuh: the producer warps of attention_forward 13 and 14: the shared-memory barriers
-// (mbarriers) of their handover to the consumer warpgroups, and their share of a tile's copy.
+// ---- begin gemm_wgmma.cuh ----
+// gemm_wgmma.cuh: the main loop of a Hopper GEMM (sm_90a) with a fused epilogue of the caller's:
+// TMA copies into a ring of shared-memory stages, wgmma with 64 x BN x 16 instructions, one
+// producer warp and two consumer warpgroups; optionally two blocks a cluster sharing B's tiles,
+// tiles in groups of row blocks, or each warpgroup on whole tiles of its own (ping-pong).
+// matmul_forward_gelu 7-12 and matmul_forward 9-10 are built on it (10-12 and 9-10 through
+// gemm_tma.cuh, which also holds the TMA stores' side: tma_store_2d, bulk_commit, bulk_wait*).
 //
-// ---- mbarriers (try_wait: sm_90) -------------------------------------------------------------
+// D (M x N, row-major) = A (M x K, row-major) B^T, B given as N x K row-major (a Linear layer's
+// weight): both operands "K-major", the k index running along their rows, as wgmma.cuh's Q and K.
+//
+// ---- The block ----------------------------------------------------------------------------
+// 384 threads, one block an SM, persistent: block b takes output tiles b, b + gridDim.x, ... of
+// BM = 128 rows by BN columns (tile t is row block t / tiles_n, column block t % tiles_n: the blocks
+// in flight share B's columns and a few of A's rows in L2); in pairs with CLUSTER = 2 (below).
+// * Warpgroup 0 is the producer: its thread 0 alone works. For each tile and each k-step of 64 it
+//   waits for a free stage, then asks the TMA for A's 128 x 64 and B's BN x 64 boxes into it. The
+//   TMA writes them in the 128-byte-swizzled layout that wgmma.cuh describes (given 1024-byte
+//   aligned stages), fills what lies past M, N or K with zeros, and completes the stage's `full`
+//   barrier when the bytes have landed. The producer runs ahead of the consumers by up to STAGES
+//   k-steps, across tiles too: while they run a tile's epilogue, the next tile's loads proceed.
+// * Warpgroups 1 and 2 are the consumers: warpgroup 1 + w computes rows 64 w .. 64 w + 63 of the
+//   tile, an accumulator of BN / 2 floats a thread (wgmma's D layout, below). A k-step is four
+//   wgmma (k = 16 each) on the stage, one commit; the stage is handed back (its `empty` barrier,
+//   one arrival per consumer warp) once the next k-step's group is issued and this one has
+//   completed (wgmma_wait<1>), so the tensor cores always have a group queued.
+// * GemmRing<BN, STAGES, CLUSTER, GROUP, PINGPONG>: GROUP > 1 orders the tiles in groups of GROUP
+//   row blocks, each group column block by column block (origin), so that a B larger than L2 (the
+//   lm head's 77 MB weight) is read from memory once a group, not once a row block. PINGPONG gives
+//   each consumer warpgroup whole tiles (consume_tile: two 64-row halves), the block's tiles in
+//   turn, so one's epilogue runs under the other's products; the two take turns at the ring
+//   (consume_tile says why they must) and a stage is released by one warpgroup's 4 warps.
+//
+// ---- The accumulator (per consumer thread: warp q of its warpgroup, g = lane / 4, t = lane % 4)
+// d[4 j + e] = D[64 w + 16 q + g + 8 (e / 2)][8 j + 2 t + (e % 2)], j = 0 .. BN / 8 - 1: wgmma.cuh's
+// 64 x 64 layout continued to BN columns. Each thread holds two rows' pairs of adjacent columns.
+//
+// ---- The tensor maps (workbench/tensor_maps.py) -------------------------------------------
+// The kernel receives pointers to A's and B's maps in device memory (the header's "tma:" args):
+// each describes a row-major bf16 matrix (rows x cols, cols % 8 == 0), a box of rows x 64
+// elements, 128-byte swizzle, zero fill. A's box is 128 rows, B's BN. The host wrote them with
+// ordinary copies, so the producer acquires them for the TMA's own path (tensormap_acquire)
+// before its first copy.
+
+#ifndef KERNELS_COMMON_GEMM_WGMMA_CUH
+#define KERNELS_COMMON_GEMM_WGMMA_CUH
+
+#include <stdint.h>
+// ---- begin mbarrier.cuh ----
+// mbarrier.cuh: shared-memory barriers (mbarriers, sm_90) between the warps that fill a buffer
+// and those that read it: attention_forward 13-15's producer warps, and the TMA GEMMs
+// (common/gemm_wgmma.cuh), whose copies complete a barrier's phase themselves.
+//
 // An mbarrier is a 64-bit object in shared memory, initialised with the number of arrivals that
 // complete its current phase; when they have all arrived the phase completes, its parity bit
 // flips and the count starts again. A waiter names the parity of the phase it waits to see
@@ -631,21 +672,16 @@ __device__ __forceinline__ void store_rows(bf16* out, float* lse, const float (&
 //   waiter then sees the memory that the arriving threads wrote before arriving.
 // `bar` is the barrier's shared-space address (smem_addr).
 //
-// ---- The producers' copy -----------------------------------------------------------------------
-// produce_tile<ROWS, PRODUCERS, CONSUMERS>(dst, src, rs, valid, any): the producer threads' (those
-//   from CONSUMERS on, PRODUCERS of them, a multiple of 64) share of copying ROWS rows of 64 bf16
-//   (row r at src + r * rs) by cp.async into the 128-byte-swizzled tile at shared address dst
-//   (wgmma.cuh's layout); rows at or past `valid` are zero-filled (their source `any`, not read).
-//   Lane p copies chunk p % 8 of rows p / 8, p / 8 + 8, ...: rows 8 apart share their swizzle
-//   (r % 8), so the thread's destination is one address plus k KB, its source one pointer plus k
-//   times 8 rows: a cp.async and a row test per chunk, no address arithmetic.
+// mbar_expect_tx(bar, bytes): one arrival that also says `bytes` more are to land by asynchronous
+//   copies naming this barrier (TMA: cp.async.bulk.tensor ... mbarrier::complete_tx); the phase
+//   completes when every arrival has come and every announced byte has landed.
+// mbar_init_fence(): after the barriers' mbar_init, before the __syncthreads that publishes them,
+//   so that the asynchronous copies (another proxy) see them initialised.
 
-#ifndef KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
-#define KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+#ifndef KERNELS_COMMON_MBARRIER_CUH
+#define KERNELS_COMMON_MBARRIER_CUH
 
 #include <stdint.h>
-// (already included: bf16.cuh)
-// (already included: mma.cuh)  // cp_async_16
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -662,26 +698,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
-
-template <int ROWS, int PRODUCERS, int CONSUMERS>
-__device__ __forceinline__ void produce_tile(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
-    static_assert(PRODUCERS % 64 == 0, "a pass covers whole groups of 8 rows");
-    constexpr int RPP = PRODUCERS / 8;  // rows a pass
-    const int p = threadIdx.x - CONSUMERS, r0 = p / 8, c = p % 8;
-    const uint32_t d = dst + r0 * 128 + ((c ^ (r0 & 7)) << 4);
-    const bf16* from = src + r0 * rs + 8 * c;
-#pragma unroll
-    for (int k = 0; k < ROWS / RPP; k++) {
-        const bool ok = r0 + RPP * k < valid;
-        cp_async_16(d + k * RPP * 128, ok ? from + (size_t)k * RPP * rs : any, ok);
-    }
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
 }
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 
-#endif  // KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+#endif  // KERNELS_COMMON_MBARRIER_CUH
 
-// ---- end producers.cuh ----          // produce_tile (version 13's copy, here by all 128 threads)
-// (already included: mma.cuh)                // cp_async_16, smem_addr
-// (already included: reduce.cuh)             // warp_max
+// ---- end mbarrier.cuh ----
 // ---- begin wgmma.cuh ----
 // wgmma.cuh: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) for 64 x 64 x 16 bf16 products
 // with fp32 accumulators, the shared-memory layout it reads (rows of 128 bytes, 128-byte swizzle)
@@ -805,16 +830,369 @@ __device__ __forceinline__ void wgmma_rs_bt(float (&d)[8][4], const uint32_t (&a
 
 #endif  // KERNELS_ATTENTION_FORWARD_WGMMA_CUH
 
-// ---- end wgmma.cuh ----
+// ---- end wgmma.cuh ----  // sw128_desc, wgmma_fence / commit / wait
 
-#define BR 64      // query rows a block: one warpgroup
-#define BC 128     // keys a tile: two halves of 64
-#define HSW 64     // the head size this version is written for
-#define STAGES 2   // K/V buffers: tile j + 1 is fetched while tile j is computed
-#define THREADS 128   // one warpgroup, which fetches its own tiles
-#ifndef HEAD_GROUP
-#define HEAD_GROUP 24  // heads whose query tiles run together (see the block's remap)
-#endif
+// CUtensorMap's storage: 128 opaque bytes, 64-byte aligned (cuda.h's CUtensorMap, without cuda.h).
+struct alignas(64) TmaMap {
+    unsigned long long opaque[16];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void tensormap_acquire(const TmaMap* map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(map))
+                 : "memory");
+}
+
+// tma_load_2d(dst, map, c0, c1, bar): the box whose first element is (column c0, row c1) of the
+// map's matrix, into shared memory at dst; completes `bar`'s announced bytes.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+// tma_store_2d(map, c0, c1, src): the box at shared address src (the map's swizzled layout, 1024-byte
+// aligned) written to the map's matrix at (column c0, row c1); what lies past the matrix's edges is
+// not written. Asynchronous: it joins this thread's current bulk group (bulk_commit closes it).
+// The threads that wrote src must each fence_proxy_async() (wgmma.cuh) before the barrier that
+// precedes the store, so the copy engine reads what they wrote.
+__device__ __forceinline__ void tma_store_2d(const TmaMap* map, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's bulk groups, all but the newest N: done reading their shared memory (the source
+// may be written again), or done altogether (bulk_wait: their writes are performed).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+#define GEMM_D64                                                                                           \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                      \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                      \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define GEMM_D96                                                                                           \
+    GEMM_D64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "           \
+             "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define GEMM_D128                                                                                 \
+    GEMM_D96 ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+             "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define GEMM_F8(i)                                                                                          \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+        "+f"(d[i + 7])
+#define GEMM_F64 GEMM_F8(0), GEMM_F8(8), GEMM_F8(16), GEMM_F8(24), GEMM_F8(32), GEMM_F8(40), GEMM_F8(48), GEMM_F8(56)
+#define GEMM_F96 GEMM_F64, GEMM_F8(64), GEMM_F8(72), GEMM_F8(80), GEMM_F8(88)
+#define GEMM_F128 GEMM_F96, GEMM_F8(96), GEMM_F8(104), GEMM_F8(112), GEMM_F8(120)
+
+// wgmma_wide<BN>(d, da, db, accumulate): d (+)= A (64 x 16) B^T (B: BN x 16), both K-major in
+// shared memory (sw128_desc descriptors); accumulate = false overwrites d. BN = 128, 192 or 256.
+template <int BN>
+__device__ __forceinline__ void wgmma_wide(float (&d)[BN / 2], uint64_t da, uint64_t db, bool accumulate);
+
+template <>
+__device__ __forceinline__ void wgmma_wide<128>(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" GEMM_D64 "}, %64, %65, acc, 1, 1, 0, 0;\n}\n"
+        : GEMM_F64
+        : "l"(da), "l"(db), "r"((int)accumulate));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_wide<192>(float (&d)[96], uint64_t da, uint64_t db, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {" GEMM_D96 "}, %96, %97, acc, 1, 1, 0, 0;\n}\n"
+        : GEMM_F96
+        : "l"(da), "l"(db), "r"((int)accumulate));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_wide<256>(float (&d)[128], uint64_t da, uint64_t db, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" GEMM_D128 "}, %128, %129, acc, 1, 1, 0, 0;\n}\n"
+        : GEMM_F128
+        : "l"(da), "l"(db), "r"((int)accumulate));
+}
+#undef GEMM_D128
+#undef GEMM_D96
+#undef GEMM_D64
+#undef GEMM_F8
+#undef GEMM_F96
+#undef GEMM_F64
+#undef GEMM_F128
+
+// Warpgroup register budgets (sm_90a; the kernel needs a register cap at entry, e.g.
+// __launch_bounds__(384, 1)): every thread of the warpgroup executes it, the count a multiple of 8.
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }
+
+// ---- Two blocks a cluster (CLUSTER = 2) --------------------------------------------------
+// The two blocks of a cluster take vertically adjacent tiles (row blocks 2 i and 2 i + 1, one
+// column block), so they need the same B tile. Each block's producer loads half of it (BN / 2
+// rows, its rank's half: B's map has a box of BN / 2 rows) and the TMA writes that half into both
+// blocks' shared memory (multicast) and completes both blocks' `full` barrier for those bytes: L2
+// serves B once for two tiles. A stage may then be refilled only when both blocks' consumers are
+// done with it, since either producer writes into both: each consumer warp arrives on the `empty`
+// barrier of its own block and of the other (16 arrivals a phase), and the producers wait on it
+// with cluster scope. The blocks meet at a cluster barrier after initialising their barriers
+// (before either can signal the other's) and again at the end (before either leaves while the
+// other may still write to it).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TmaMap* map, int c0, int c1, uint32_t bar,
+                                                      uint16_t blocks) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;\n"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(blocks)
+        : "memory");
+}
+// One arrival on the barrier at the same shared address in the cluster's block `rank`.
+__device__ __forceinline__ void mbar_arrive_in(uint32_t bar, uint32_t rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// The shared memory of a GemmRing: STAGES stages of A (128 x 64) then B (BN x 64), each
+// 1024-aligned, then a full and an empty barrier a stage (and, with PINGPONG, the two turns): a
+// launch asks for 1024 (slack for the alignment) + STAGES * STAGE + 16 * STAGES (+ 16) bytes, then
+// the kernel's own, from end().
+//
+// The tiles: with T = cdiv(cdiv(M, 128), CLUSTER) * cdiv(N, BN) tile slots (count), block b's
+// slots are p = b / CLUSTER, + gridDim.x / CLUSTER, ...; slot p's tile (origin) is row block
+// p / tiles_n * CLUSTER + the block's rank, column block p % tiles_n. With CLUSTER = 1 a slot is
+// a tile; with 2, a slot is a pair of tiles, the second past M where the row blocks are odd (its
+// rows are zeros from the TMA and its stores are masked, so the pair's protocol still runs).
+template <int BN, int STAGES, int CLUSTER = 1, int GROUP = 1, bool PINGPONG = false>
+struct GemmRing {
+    static constexpr int BM = 128, BK = 64;
+    static constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
+    static_assert(STAGE % 1024 == 0 && (B_BYTES / CLUSTER) % 1024 == 0, "stages (and B's halves) stay 1024-aligned");
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "one block, or a pair");
+    static_assert(CLUSTER == 1 || (GROUP == 1 && !PINGPONG), "pairs take row-major tiles, both warpgroups each");
+    static constexpr int ARRIVALS = PINGPONG ? 4 : 8;  // consumer warps that release a stage (of a block)
+    uint32_t base;  // the first stage's shared address
+    __device__ __forceinline__ uint32_t a(int s) const { return base + s * STAGE; }
+    __device__ __forceinline__ uint32_t b(int s) const { return base + s * STAGE + A_BYTES; }
+    __device__ __forceinline__ uint32_t full(int s) const { return base + STAGES * STAGE + 8 * s; }
+    __device__ __forceinline__ uint32_t empty(int s) const { return base + STAGES * STAGE + 8 * (STAGES + s); }
+    // PINGPONG: the consumer warpgroups' turns (turn(w): warpgroup w may wait on its next tile's stages).
+    __device__ __forceinline__ uint32_t turn(int w) const { return base + STAGES * STAGE + 16 * STAGES + 8 * w; }
+    // The first byte past the ring (16-aligned): where a kernel's own shared memory may start.
+    __device__ __forceinline__ uint32_t end() const { return base + STAGES * STAGE + 16 * STAGES + (PINGPONG ? 16 : 0); }
+
+    static __device__ __forceinline__ int rank() { return CLUSTER == 1 ? 0 : (int)(blockIdx.x % CLUSTER); }
+    static __device__ __forceinline__ int first() { return blockIdx.x / CLUSTER; }
+    static __device__ __forceinline__ int stride() { return gridDim.x / CLUSTER; }
+    static __device__ __forceinline__ int count(int M, int N) {
+        return ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER * ((N + BN - 1) / BN);
+    }
+    static __device__ __forceinline__ void origin(int p, int M, int N, int& row0, int& col0) {
+        const int tiles_n = (N + BN - 1) / BN;
+        if constexpr (GROUP == 1) {
+            row0 = (p / tiles_n * CLUSTER + rank()) * BM;
+            col0 = p % tiles_n * BN;
+        } else {  // groups of GROUP row blocks, each taken column block by column block
+            const int tiles_m = (M + BM - 1) / BM, in_group = GROUP * tiles_n, top = p / in_group * GROUP;
+            const int rows = min(GROUP, tiles_m - top), r = p % in_group;
+            row0 = (top + r % rows) * BM;
+            col0 = r / rows * BN;
+        }
+    }
+
+    // Thread 0 initialises the barriers; every thread of the block must call this, once.
+    __device__ __forceinline__ void init(uint32_t smem) {
+        base = (smem + 1023) & ~1023u;
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < STAGES; s++) {
+                mbar_init(full(s), 1);             // the producer's mbar_expect_tx
+                mbar_init(empty(s), ARRIVALS * CLUSTER);  // one arrival per consumer warp (of the cluster) on it
+            }
+            if (PINGPONG) {
+                mbar_init(turn(0), 1);  // the other warpgroup's first thread
+                mbar_init(turn(1), 1);
+            }
+            mbar_init_fence();
+        }
+        __syncthreads();
+        if (CLUSTER > 1) cluster_sync();
+    }
+    // Every thread of the block, last (with CLUSTER = 2: the blocks leave together).
+    __device__ __forceinline__ void finish() const {
+        if (CLUSTER > 1) cluster_sync();
+    }
+
+    // The producer (one thread): every k-step of every tile this block takes, in the consumers' order.
+    __device__ __forceinline__ void produce(const TmaMap* ma, const TmaMap* mb, int M, int N, int K) {
+        const int ksteps = (K + BK - 1) / BK;
+        tensormap_acquire(ma);
+        tensormap_acquire(mb);
+        int it = 0;
+        for (int p = first(); p < count(M, N); p += stride()) {
+            int row0, col0;
+            origin(p, M, N, row0, col0);
+            for (int k = 0; k < ksteps; k++, it++) {
+                const int s = it % STAGES, parity = ((it / STAGES) & 1) ^ 1;  // a fresh barrier's "previous" phase is done
+                if (CLUSTER == 1)
+                    mbar_wait(empty(s), parity);
+                else
+                    mbar_wait_cluster(empty(s), parity);
+                mbar_expect_tx(full(s), STAGE);
+                tma_load_2d(a(s), ma, k * BK, row0, full(s));
+                if (CLUSTER == 1)
+                    tma_load_2d(b(s), mb, k * BK, col0, full(s));
+                else
+                    tma_load_2d_multicast(b(s) + rank() * (B_BYTES / 2), mb, k * BK, col0 + rank() * (BN / 2), full(s),
+                                          (uint16_t)3);
+            }
+        }
+    }
+
+    // A consumer warpgroup's product for one tile: d = rows 64 w .. 64 w + 63 of the tile's A B^T.
+    // `it` counts the k-steps this block has consumed (the same count as the producer's).
+    __device__ __forceinline__ void consume(float (&d)[BN / 2], int w, int K, int& it) const {
+        const int ksteps = (K + BK - 1) / BK;
+        const bool arrives = threadIdx.x % 32 == 0;
+        for (int k = 0; k < ksteps; k++, it++) {
+            const int s = it % STAGES;
+            mbar_wait(full(s), (it / STAGES) & 1);
+            const uint64_t da = sw128_desc(a(s) + w * 64 * 128, 1024), db = sw128_desc(b(s), 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) wgmma_wide<BN>(d, da + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+            wgmma_commit();
+            if (k > 0) {
+                wgmma_wait<1>();  // the previous k-step's products are done with its stage
+                if (arrives) release((it - 1) % STAGES);
+            }
+        }
+        wgmma_wait<0>();
+        if (arrives) release((it - 1) % STAGES);
+    }
+    // PINGPONG: consumer warpgroup w's product for its n-th tile (rows 0 .. 63 into lo, 64 .. 127
+    // into hi), on that tile's stages alone: the block's tiles alternate between its two
+    // warpgroups, so each skips the other's k-steps (the caller adds them to `it`).
+    // The turns: a stage's `full` barrier tells apart only adjacent phases (parity), and a
+    // warpgroup's next stages are a tile's worth of phases ahead of where the other warpgroup is.
+    // So warpgroup w waits for its turn before its first wait on a stage (warpgroup 0's first tile
+    // needs none), and hands the turn over once it has waited for its tile's last stage: by then
+    // every stage has completed the phase before the ones the other warpgroup waits for.
+    __device__ __forceinline__ void consume_tile(float (&lo)[BN / 2], float (&hi)[BN / 2], int K, int& it, int w,
+                                                 int n) const {
+        static_assert(PINGPONG, "a warpgroup a tile");
+        const int ksteps = (K + BK - 1) / BK;
+        const bool arrives = threadIdx.x % 32 == 0;
+        if (w == 1)
+            mbar_wait(turn(1), n & 1);  // warpgroup 0 has waited for its n-th tile's stages
+        else if (n > 0)
+            mbar_wait(turn(0), (n - 1) & 1);  // warpgroup 1 has waited for its (n - 1)-th's
+        for (int k = 0; k < ksteps; k++, it++) {
+            const int s = it % STAGES;
+            mbar_wait(full(s), (it / STAGES) & 1);
+            const uint64_t dlo = sw128_desc(a(s), 1024), dhi = sw128_desc(a(s) + 64 * 128, 1024), db = sw128_desc(b(s), 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++) {
+                wgmma_wide<BN>(lo, dlo + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+                wgmma_wide<BN>(hi, dhi + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+            }
+            wgmma_commit();
+            if (k == ksteps - 1 && threadIdx.x % 128 == 0) mbar_arrive(turn(1 - w));  // the other's turn
+            if (k > 0) {
+                wgmma_wait<1>();
+                if (arrives) release((it - 1) % STAGES);
+            }
+        }
+        wgmma_wait<0>();
+        if (arrives) release((it - 1) % STAGES);
+    }
+    __device__ __forceinline__ void release(int s) const {
+        mbar_arrive(empty(s));
+        if (CLUSTER > 1) mbar_arrive_in(empty(s), rank() ^ 1);
+    }
+};
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+#endif  // KERNELS_COMMON_GEMM_WGMMA_CUH
+
+// ---- end gemm_wgmma.cuh ----         // TmaMap, tensormap_acquire, tma_load_2d
+// (already included: mbarrier.cuh)
+// (already included: mma.cuh)                // cp_async_commit / wait, smem_addr
+// ---- begin producers.cuh ----
+// producers.cuh: the producer warps of attention_forward 13 and 14: their share of a tile's copy.
+//
+// The mbarriers of their handover to the consumer warpgroups (mbar_init, mbar_arrive,
+// mbar_arrive_on_copies, mbar_wait) are in kernels/common/mbarrier.cuh, shared with the GEMMs.
+//
+// ---- The producers' copy -----------------------------------------------------------------------
+// produce_tile<ROWS, PRODUCERS, CONSUMERS>(dst, src, rs, valid, any): the producer threads' (those
+//   from CONSUMERS on, PRODUCERS of them, a multiple of 64) share of copying ROWS rows of 64 bf16
+//   (row r at src + r * rs) by cp.async into the 128-byte-swizzled tile at shared address dst
+//   (wgmma.cuh's layout); rows at or past `valid` are zero-filled (their source `any`, not read).
+//   Lane p copies chunk p % 8 of rows p / 8, p / 8 + 8, ...: rows 8 apart share their swizzle
+//   (r % 8), so the thread's destination is one address plus k KB, its source one pointer plus k
+//   times 8 rows: a cp.async and a row test per chunk, no address arithmetic.
+
+#ifndef KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+#define KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+
+#include <stdint.h>
+// (already included: bf16.cuh)
+// (already included: mbarrier.cuh)
+// (already included: mma.cuh)  // cp_async_16
+
+template <int ROWS, int PRODUCERS, int CONSUMERS>
+__device__ __forceinline__ void produce_tile(uint32_t dst, const bf16* src, size_t rs, int valid, const bf16* any) {
+    static_assert(PRODUCERS % 64 == 0, "a pass covers whole groups of 8 rows");
+    constexpr int RPP = PRODUCERS / 8;  // rows a pass
+    const int p = threadIdx.x - CONSUMERS, r0 = p / 8, c = p % 8;
+    const uint32_t d = dst + r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    const bf16* from = src + r0 * rs + 8 * c;
+#pragma unroll
+    for (int k = 0; k < ROWS / RPP; k++) {
+        const bool ok = r0 + RPP * k < valid;
+        cp_async_16(d + k * RPP * 128, ok ? from + (size_t)k * RPP * rs : any, ok);
+    }
+}
+
+#endif  // KERNELS_ATTENTION_FORWARD_PRODUCERS_CUH
+
+// ---- end producers.cuh ----          // produce_tile (the block's first copies, as version 15's)
+// ---- begin softmax_128_keys.cuh ----
+// softmax_128_keys.cuh: attention_forward 15 and 16's work on one tile of up to 128 keys, for a
+// warpgroup of 64 query rows: S's wgmma, the mask, the online softmax, P V's wgmma.
+//
+// attend<H>(o, m, l, dq, dk, dv, key0, row0, diagonal, sl): one tile of H halves of 64 keys (H = 2:
+//   128 keys; H = 1: the lone half at a query tile's diagonal). S's wgmma for every half, one wait,
+//   the mask on the diagonal half, the maximum over all the tile's keys, then for each half its P
+//   and its P V's wgmma (the first half's product runs while the second's P is computed), one wait.
+//   dq, dk, dv: sw128 descriptors of Q and of the tile's first K and V half (the second is 8 KB
+//   on: +512 in a descriptor). o, m, l: the warpgroup's running output, maxima and sums.
+// RESCALE_SLACK: the reference point m of a row moves only when the tile's maximum passes it by
+//   more than this (version 14's rule); P's terms stay below 2^RESCALE_SLACK.
+
+#ifndef KERNELS_ATTENTION_FORWARD_SOFTMAX_128_KEYS_CUH
+#define KERNELS_ATTENTION_FORWARD_SOFTMAX_128_KEYS_CUH
+// (already included: attention_fwd_mma.cuh)  // mask_causal, rescale (version 11's)
+// (already included: bf16.cuh)
+// (already included: reduce.cuh)             // warp_max
+// (already included: wgmma.cuh)
+
 #ifndef RESCALE_SLACK
 #define RESCALE_SLACK 8.0f
 #endif
@@ -901,53 +1279,85 @@ __device__ __forceinline__ void attend(float (&o)[1][8][4], float (&m)[1][2], fl
     wgmma_wait<0>();  // at once, as in version 14
 }
 
+#endif  // KERNELS_ATTENTION_FORWARD_SOFTMAX_128_KEYS_CUH
+
+// ---- end softmax_128_keys.cuh ----   // attend: a tile's S, online softmax and P V (version 15's)
+// (already included: wgmma.cuh)
+
+#define BR 64      // query rows a block: one warpgroup
+#define BC 128     // keys a tile: two halves of 64
+#define HSW 64     // the head size this version is written for
+#define STAGES 2   // K/V buffers: tile j + 1 is fetched while tile j is computed
+#define THREADS 128
+#ifndef HEAD_GROUP
+#define HEAD_GROUP 24  // heads whose query tiles run together (version 15's remap)
+#endif
+
+// map_q: qkv as a (B T) x 3C matrix in 64 x 64 boxes (K and V at a lone diagonal half); map_kv:
+// the same matrix in 128 x 64 boxes (a whole tile's K or V); qkv itself for the first copies.
 extern "C" __global__ void __launch_bounds__(THREADS, 3)
-attention_forward15(bf16* out, float* lse, const bf16* qkv, int T, int NH, float sl) {
+attention_forward17(bf16* out, float* lse, const TmaMap* map_q, const TmaMap* map_kv, const bf16* qkv, int T, int NH, float sl) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
     const uint32_t base = (smem_addr(smem4) + 1023) & ~1023u;  // swizzled tiles start 1024-aligned
     constexpr uint32_t TILE = BC * 128;                         // one K or V tile: 16 KB (two halves of 8)
     const uint32_t sQ = base, sKV = base + BR * 128;            // buffer s: K at sKV + 2 s TILE, V after it
+    const uint32_t full = sKV + 2 * STAGES * TILE;              // buffer s's mbarrier at full + 8 s
 
-    // Blocks start in the order of their linear index. It is remapped so that HEAD_GROUP heads run
-    // their query tiles together, the longest first across the group: the blocks in flight then
-    // read the K and V of a few dozen heads, not every head's (48 MB at the trainer's shape).
+    // Version 15's order: HEAD_GROUP heads run their query tiles together, the longest first.
     const int heads = gridDim.x, qtiles = gridDim.y;
     const int L = blockIdx.y * heads + blockIdx.x;
-    const int g0 = L / (HEAD_GROUP * qtiles) * HEAD_GROUP;   // the group's first head
-    const int gn = min(HEAD_GROUP, heads - g0);               // its heads (the last group may be short)
-    const int r = L - g0 * qtiles;                            // the block's place in its group
+    const int g0 = L / (HEAD_GROUP * qtiles) * HEAD_GROUP;
+    const int gn = min(HEAD_GROUP, heads - g0);
+    const int r = L - g0 * qtiles;
     const int bh = g0 + r % gn;
-    const int q0 = (qtiles - 1 - r / gn) * BR;                // the longest query tiles first
+    const int q0 = (qtiles - 1 - r / gn) * BR;
     const int b = bh / NH, h = bh % NH;
     const int C = NH * HSW;
-    const size_t rs = 3 * (size_t)C;
-    const bf16* q_base = qkv + (size_t)b * T * rs + (size_t)h * HSW;
-    const int halves = q0 / 64 + 1;         // 64-key halves up to the diagonal (q0 < T: every block has rows)
+    const int row_b = b * T;                // the batch's first row of the (B T) x 3C matrix
+    const int halves = q0 / 64 + 1;         // 64-key halves up to the diagonal
     const int tiles = (halves + 1) / 2;     // 128-key tiles; the last holds one half when `halves` is odd
-    const int keys = min(T, 64 * halves);   // no key past the diagonal's half is read
-    auto fetch = [&](int i) {               // tile i's K and V into buffer i % STAGES: one cp.async group
-        const uint32_t sK = sKV + 2 * (i % STAGES) * TILE;
-        const bf16* k_src = q_base + (size_t)i * BC * rs + C;
-        produce_tile<BC, THREADS, 0>(sK, k_src, rs, keys - i * BC, qkv);
-        produce_tile<BC, THREADS, 0>(sK + TILE, k_src + C, rs, keys - i * BC, qkv);
-        cp_async_commit();
+    // Tile i's (i >= 1) K and V into buffer i % STAGES by the TMA, asked for by thread 0.
+    auto fetch = [&](int i) {
+        const uint32_t sK = sKV + 2 * (i % STAGES) * TILE, bar = full + 8 * (i % STAGES);
+        const bool whole = 2 * i + 1 < halves;
+        const TmaMap* map = whole ? map_kv : map_q;
+        mbar_expect_tx(bar, whole ? 2 * TILE : TILE);
+        tma_load_2d(sK, map, C + h * HSW, row_b + i * BC, bar);
+        tma_load_2d(sK + TILE, map, 2 * C + h * HSW, row_b + i * BC, bar);
     };
-    produce_tile<BR, THREADS, 0>(sQ, q_base + (size_t)q0 * rs, rs, T - q0, qkv);
-    fetch(0);  // Q joins tile 0's group
+    // Q and tile 0 by the warpgroup's own copies (rows past the diagonal's half or T zero-filled)...
+    const size_t rs = 3 * (size_t)C;
+    const bf16* k_src = qkv + (size_t)row_b * rs + C + h * HSW;
+    produce_tile<BR, THREADS, 0>(sQ, qkv + ((size_t)row_b + q0) * rs + h * HSW, rs, T - q0, qkv);
+    produce_tile<BC, THREADS, 0>(sKV, k_src, rs, min(T, 64 * halves), qkv);
+    produce_tile<BC, THREADS, 0>(sKV + TILE, k_src + C, rs, min(T, 64 * halves), qkv);
+    cp_async_commit();
+    if (threadIdx.x == 0) {  // ...while thread 0 readies the TMA and asks it for tile 1
+        mbar_init(full, 1);
+        mbar_init(full + 8, 1);
+        mbar_init_fence();
+        tensormap_acquire(map_q);
+        tensormap_acquire(map_kv);
+        if (tiles > 1) fetch(1);  // buffer 1 is free from the start
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();  // the copies (ordinary writes) ordered before the tensor cores' reads
+    __syncthreads();      // every thread's copies have landed, and the barriers are initialised
 
     const int warp = threadIdx.x / 32;
-    const int row0 = q0 + 16 * warp;  // this warp's first row
+    const int row0 = q0 + 16 * warp;
     float o[1][8][4], m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
 #pragma unroll
     for (int n = 0; n < 8; n++) o[0][n][0] = o[0][n][1] = o[0][n][2] = o[0][n][3] = 0.0f;
     const uint64_t dq = sw128_desc(sQ, 1024);
 
     for (int j = 0; j < tiles; j++) {
-        cp_async_wait<0>();  // this thread's copies of tile j (the only group in flight) have landed
-        __syncthreads();     // everyone's have; and everyone is done with tile j - 1, whose buffer...
-        if (j + 1 < tiles) fetch(j + 1);  // ...takes tile j + 1 while tile j is computed
-        fence_proxy_async();  // the landed copies (ordinary writes), ordered before the tensor cores' reads
+        if (j > 0) {
+            __syncthreads();  // everyone is done with tile j - 1, whose buffer...
+            if (threadIdx.x == 0 && j + 1 < tiles) fetch(j + 1);  // ...takes tile j + 1
+            mbar_wait(full + 8 * (j % STAGES), ((j - 1) / STAGES) & 1);  // tile j landed
+        }
         const uint32_t sK = sKV + 2 * (j % STAGES) * TILE;
         const uint64_t dk = sw128_desc(sK, 1024), dv = sw128_desc(sK + TILE, 1024);
         if (2 * j + 1 < halves)
@@ -957,6 +1367,6 @@ attention_forward15(bf16* out, float* lse, const bf16* qkv, int T, int NH, float
     }
     store_rows<1, true>(out, lse, o, m, l, row0, b, h, T, NH, HSW);
 #else
-    __trap();  // wgmma needs sm_90a (a Hopper GPU): see the header
+    __trap();  // wgmma and the TMA need sm_90a (a Hopper GPU): see the header
 #endif
 }
