@@ -1,4 +1,4 @@
-// softmax_128_keys.cuh: attention_forward 15 and 16's work on one tile of up to 128 keys, for a
+// softmax_128_keys.cuh: attention_forward 15-17's work on one tile of up to 128 keys, for a
 // warpgroup of 64 query rows: S's wgmma, the mask, the online softmax, P V's wgmma.
 //
 // attend<H>(o, m, l, dq, dk, dv, key0, row0, diagonal, sl): one tile of H halves of 64 keys (H = 2:
