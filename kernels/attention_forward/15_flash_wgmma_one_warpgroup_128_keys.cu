@@ -43,7 +43,7 @@ args = ["out", "lse", "qkv", "T", "NH", "1.4426950408889634 / sqrt(HS)"]
 #include "bf16.cuh"
 #include "producers.cuh"          // produce_tile (version 13's copy, here by all 128 threads)
 #include "mma.cuh"                // cp_async_16, smem_addr
-#include "softmax_128_keys.cuh"   // attend: a tile's S, online softmax and P V
+#include "softmax_128_keys.cuh"   // attend (a tile's S, online softmax and P V), block_query_tile
 #include "wgmma.cuh"
 
 #define BR 64      // query rows a block: one warpgroup
@@ -62,16 +62,8 @@ attention_forward15(bf16* out, float* lse, const bf16* qkv, int T, int NH, float
     constexpr uint32_t TILE = BC * 128;                         // one K or V tile: 16 KB (two halves of 8)
     const uint32_t sQ = base, sKV = base + BR * 128;            // buffer s: K at sKV + 2 s TILE, V after it
 
-    // Blocks start in the order of their linear index. It is remapped so that HEAD_GROUP heads run
-    // their query tiles together, the longest first across the group: the blocks in flight then
-    // read the K and V of a few dozen heads, not every head's (48 MB at the trainer's shape).
-    const int heads = gridDim.x, qtiles = gridDim.y;
-    const int L = blockIdx.y * heads + blockIdx.x;
-    const int g0 = L / (HEAD_GROUP * qtiles) * HEAD_GROUP;   // the group's first head
-    const int gn = min(HEAD_GROUP, heads - g0);               // its heads (the last group may be short)
-    const int r = L - g0 * qtiles;                            // the block's place in its group
-    const int bh = g0 + r % gn;
-    const int q0 = (qtiles - 1 - r / gn) * BR;                // the longest query tiles first
+    int bh, q0;
+    block_query_tile<HEAD_GROUP, BR>(bh, q0);  // HEAD_GROUP heads' query tiles together, the longest first
     const int b = bh / NH, h = bh % NH;
     const int C = NH * HSW;
     const size_t rs = 3 * (size_t)C;

@@ -38,7 +38,7 @@ args = ["out", "lse", "tma:qkv, B * T, 3 * C, 64, 64", "tma:qkv, B * T, 3 * C, 1
 #include "mbarrier.cuh"
 #include "mma.cuh"                // cp_async_commit / wait, smem_addr
 #include "producers.cuh"          // produce_tile (the block's first copies, as version 15's)
-#include "softmax_128_keys.cuh"   // attend: a tile's S, online softmax and P V (version 15's)
+#include "softmax_128_keys.cuh"   // version 15's attend and block_query_tile
 #include "wgmma.cuh"
 
 #define BR 64      // query rows a block: one warpgroup
@@ -61,14 +61,8 @@ attention_forward17(bf16* out, float* lse, const TmaMap* map_q, const TmaMap* ma
     const uint32_t sQ = base, sKV = base + BR * 128;            // buffer s: K at sKV + 2 s TILE, V after it
     const uint32_t full = sKV + 2 * STAGES * TILE;              // buffer s's mbarrier at full + 8 s
 
-    // Version 15's order: HEAD_GROUP heads run their query tiles together, the longest first.
-    const int heads = gridDim.x, qtiles = gridDim.y;
-    const int L = blockIdx.y * heads + blockIdx.x;
-    const int g0 = L / (HEAD_GROUP * qtiles) * HEAD_GROUP;
-    const int gn = min(HEAD_GROUP, heads - g0);
-    const int r = L - g0 * qtiles;
-    const int bh = g0 + r % gn;
-    const int q0 = (qtiles - 1 - r / gn) * BR;
+    int bh, q0;
+    block_query_tile<HEAD_GROUP, BR>(bh, q0);  // HEAD_GROUP heads' query tiles together, the longest first
     const int b = bh / NH, h = bh % NH;
     const int C = NH * HSW;
     const int row_b = b * T;                // the batch's first row of the (B T) x 3C matrix

@@ -1,5 +1,6 @@
 // softmax_128_keys.cuh: attention_forward 15-17's work on one tile of up to 128 keys, for a
-// warpgroup of 64 query rows: S's wgmma, the mask, the online softmax, P V's wgmma.
+// warpgroup of 64 query rows: S's wgmma, the mask, the online softmax, P V's wgmma; and the order
+// in which their blocks take the query tiles.
 //
 // attend<H>(o, m, l, dq, dk, dv, key0, row0, diagonal, sl): one tile of H halves of 64 keys (H = 2:
 //   128 keys; H = 1: the lone half at a query tile's diagonal). S's wgmma for every half, one wait,
@@ -9,6 +10,11 @@
 //   on: +512 in a descriptor). o, m, l: the warpgroup's running output, maxima and sums.
 // RESCALE_SLACK: the reference point m of a row moves only when the tile's maximum passes it by
 //   more than this (version 14's rule); P's terms stay below 2^RESCALE_SLACK.
+// block_query_tile<GROUP, BR>(bh, q0): the block's (batch * head, first query row), on a grid of
+//   (B NH, cdiv(T, BR)) blocks. Blocks start in the order of their linear index, remapped so that
+//   GROUP heads run their query tiles together, the longest first across the group: the blocks in
+//   flight then read the K and V of a few dozen heads, not every head's (48 MB at the trainer's
+//   shape).
 
 #ifndef KERNELS_ATTENTION_FORWARD_SOFTMAX_128_KEYS_CUH
 #define KERNELS_ATTENTION_FORWARD_SOFTMAX_128_KEYS_CUH
@@ -102,6 +108,17 @@ __device__ __forceinline__ void attend(float (&o)[1][8][4], float (&m)[1][2], fl
 #pragma unroll
     for (int r = 0; r < 2; r++) l[0][r] = fmaf(l[0][r], alpha[0][r], sum[r]);
     wgmma_wait<0>();  // at once, as in version 14
+}
+
+template <int GROUP, int BR>
+__device__ __forceinline__ void block_query_tile(int& bh, int& q0) {
+    const int heads = gridDim.x, qtiles = gridDim.y;
+    const int L = blockIdx.y * heads + blockIdx.x;
+    const int g0 = L / (GROUP * qtiles) * GROUP;  // the group's first head
+    const int gn = min(GROUP, heads - g0);        // its heads (the last group may be short)
+    const int r = L - g0 * qtiles;                // the block's place in its group
+    bh = g0 + r % gn;
+    q0 = (qtiles - 1 - r / gn) * BR;              // the longest query tiles first
 }
 
 #endif  // KERNELS_ATTENTION_FORWARD_SOFTMAX_128_KEYS_CUH
