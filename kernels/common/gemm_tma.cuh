@@ -1,8 +1,8 @@
 // gemm_tma.cuh: a whole Hopper GEMM kernel body (sm_90a), D = A B^T + bias, optionally with the
 // GELU: gemm_wgmma.cuh's main loop, then an epilogue whose stores the copy engine makes.
-// matmul_forward 9 (the bias) and matmul_forward_gelu 10 and 11 (pre and gelu(pre)) are built on
-// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12 on gemm_tma_pingpong, and
-// matmul_backward_dgelu 8 on gemm_tma_dgelu (its epilogue the GELU's backward; below).
+// matmul_forward 9 (the bias) and matmul_forward_gelu 10, 11 and 15 (pre and gelu(pre)) are built on
+// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12-14 and 16 on gemm_tma_pingpong, and
+// matmul_backward_dgelu 8-10 on gemm_tma_dgelu (its epilogue the GELU's backward; below).
 //
 // gemm_tma<BN, STAGES, BUFFERS, GELU, GIVE_REGS>(map_a, map_b, map_out, map_pre, bias, M, N, K):
 //   pre = A B^T + bias (M x N, row-major; A M x K, B N x K, both row-major bf16), written through
@@ -184,14 +184,16 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
 // back (setmaxnreg: 40 for it, 232 for each consumer). Tiles go in groups of GROUP row blocks
 // (GemmRing::origin). Maps of pre and out: box 128 x 64. EARLY_BIAS: each thread loads its
 // columns' bias into registers before a tile's products (load_bias_pairs), not between the
-// epilogue's staging stores.
+// epilogue's staging stores. CLUSTER = 2: the kernel runs in clusters of two blocks
+// (__cluster_dims__(2, 1, 1), an even grid) that take vertically adjacent tiles and share B's
+// tiles by multicast (gemm_wgmma.cuh; map_b's box is then BN / 2 rows), GROUP counting pairs.
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2.
-template <int BN, int STAGES, int GROUP, bool GELU, bool EARLY_BIAS = false>
+template <int BN, int STAGES, int GROUP, bool GELU, bool EARLY_BIAS = false, int CLUSTER = 1>
 __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                   const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
     static_assert(BN % 64 == 0, "whole 64-column boxes");
     extern __shared__ float4 smem4[];
-    GemmRing<BN, STAGES, 1, GROUP, true> ring;
+    GemmRing<BN, STAGES, CLUSTER, GROUP, true> ring;
     ring.init(smem_addr(smem4));
     if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
         setmaxnreg_dec<40>();
@@ -300,14 +302,16 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
 // warp (shuffles over g) and the warpgroup's four warps (shared memory, in warp order): the same
 // bits every run. TANH: gelu' through the hardware tanh (gelu.cuh's gelu_grad_tanh) instead of
 // gelu_grad's exponential and reciprocal. W: the pre words dgelu_in_place loads before it
-// computes and stores any of them (1: one word at a time).
+// computes and stores any of them (1: one word at a time). CLUSTER: as gemm_tma_pingpong's (tried
+// in session 20 as a device-only variant of matmul_backward_dgelu 10, no faster than 10:
+// results/h100-session20-2026-12-06/variants/README.md).
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
-template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1>
+template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1, int CLUSTER = 1>
 __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                const TmaMap* map_pre, float* partial, int M, int N, int K) {
     static_assert(BN % 64 == 0 && BN <= 128, "whole 64-column boxes; a column sum a thread");
     extern __shared__ float4 smem4[];
-    GemmRing<BN, STAGES, 1, GROUP, true> ring;
+    GemmRing<BN, STAGES, CLUSTER, GROUP, true> ring;
     ring.init(smem_addr(smem4));
     const uint32_t pre_full = ring.end();  // + 8 w: warpgroup w's pre has landed
     if (threadIdx.x == 0) {
@@ -364,7 +368,8 @@ __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap
                                  "f"(v) : "memory");
             }
             warpgroup_sync(w);
-            if (lane < BN && col0 + lane < N) {
+            // (with CLUSTER = 2 the second tile of the last pair may lie wholly past M: no partials)
+            if ((CLUSTER == 1 || row0 < M) && lane < BN && col0 + lane < N) {
                 float s = 0.0f, v;
 #pragma unroll
                 for (int k = 0; k < 4; k++) {

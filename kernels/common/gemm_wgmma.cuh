@@ -2,7 +2,7 @@
 // TMA copies into a ring of shared-memory stages, wgmma with 64 x BN x 16 instructions, one
 // producer warp and two consumer warpgroups; optionally two blocks a cluster sharing B's tiles,
 // tiles in groups of row blocks, or each warpgroup on whole tiles of its own (ping-pong).
-// matmul_forward_gelu 7-12 and matmul_forward 9-10 are built on it (10-12 and 9-10 through
+// matmul_forward_gelu 7-16 and matmul_forward 9-10 are built on it (10-16 and 9-10 through
 // gemm_tma.cuh, which also holds the TMA stores' side: tma_store_2d, bulk_commit, bulk_wait*).
 //
 // D (M x N, row-major) = A (M x K, row-major) B^T, B given as N x K row-major (a Linear layer's
@@ -24,8 +24,9 @@
 //   one arrival per consumer warp) once the next k-step's group is issued and this one has
 //   completed (wgmma_wait<1>), so the tensor cores always have a group queued.
 // * GemmRing<BN, STAGES, CLUSTER, GROUP, PINGPONG>: GROUP > 1 orders the tiles in groups of GROUP
-//   row blocks, each group column block by column block (origin), so that a B larger than L2 (the
-//   lm head's 77 MB weight) is read from memory once a group, not once a row block. PINGPONG gives
+//   slot rows (row blocks; with CLUSTER = 2, pairs of them), each group column block by column
+//   block (origin), so that a B larger than L2 (the lm head's 77 MB weight) is read from memory
+//   once a group, not once a row block. PINGPONG gives
 //   each consumer warpgroup whole tiles (consume_tile: two 64-row halves), the block's tiles in
 //   turn, so one's epilogue runs under the other's products; the two take turns at the ring
 //   (consume_tile says why they must) and a stage is released by one warpgroup's 4 warps.
@@ -160,7 +161,9 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 // barrier of its own block and of the other (16 arrivals a phase), and the producers wait on it
 // with cluster scope. The blocks meet at a cluster barrier after initialising their barriers
 // (before either can signal the other's) and again at the end (before either leaves while the
-// other may still write to it).
+// other may still write to it). With PINGPONG too, both blocks hand the same slot to the same
+// warpgroup, so the two blocks' warpgroups release each stage in the same order (4 warps of each
+// block: 8 arrivals a phase).
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -172,11 +175,18 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TmaMap
         ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(blocks)
         : "memory");
 }
-// One arrival on the barrier at the same shared address in the cluster's block `rank`.
+// One arrival on the barrier at the same shared address in the cluster's block `rank`. Its
+// release is at the block's scope (the default), as CUTLASS's cluster barriers arrive: what it
+// orders is the consumer's wgmma reads of the stage, already complete (wgmma_wait), before the
+// other block's producer refills it. A .release.cluster arrive first makes every earlier write
+// of the thread visible cluster-wide (a MEMBAR): in the ping-pong pairs (matmul_forward_gelu 16)
+// that stall was a fifth of all the warps' stalls under Nsight Compute and the kernel ran 1.7x
+// as long as without pairs; at the block's scope, 1.02x (results/h100-session20-2026-12-06,
+// calls 1-3).
 __device__ __forceinline__ void mbar_arrive_in(uint32_t bar, uint32_t rank) {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
     asm volatile(
@@ -201,7 +211,6 @@ struct GemmRing {
     static constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
     static_assert(STAGE % 1024 == 0 && (B_BYTES / CLUSTER) % 1024 == 0, "stages (and B's halves) stay 1024-aligned");
     static_assert(CLUSTER == 1 || CLUSTER == 2, "one block, or a pair");
-    static_assert(CLUSTER == 1 || (GROUP == 1 && !PINGPONG), "pairs take row-major tiles, both warpgroups each");
     static constexpr int ARRIVALS = PINGPONG ? 4 : 8;  // consumer warps that release a stage (of a block)
     uint32_t base;  // the first stage's shared address
     __device__ __forceinline__ uint32_t a(int s) const { return base + s * STAGE; }
@@ -224,10 +233,10 @@ struct GemmRing {
         if constexpr (GROUP == 1) {
             row0 = (p / tiles_n * CLUSTER + rank()) * BM;
             col0 = p % tiles_n * BN;
-        } else {  // groups of GROUP row blocks, each taken column block by column block
-            const int tiles_m = (M + BM - 1) / BM, in_group = GROUP * tiles_n, top = p / in_group * GROUP;
-            const int rows = min(GROUP, tiles_m - top), r = p % in_group;
-            row0 = (top + r % rows) * BM;
+        } else {  // groups of GROUP slot rows (row blocks, or pairs of them), each column block by column block
+            const int slots_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER, in_group = GROUP * tiles_n;
+            const int top = p / in_group * GROUP, rows = min(GROUP, slots_m - top), r = p % in_group;
+            row0 = ((top + r % rows) * CLUSTER + rank()) * BM;
             col0 = r / rows * BN;
         }
     }

@@ -17,6 +17,11 @@ the same 128 x 192 tile in clusters of two (nvjet_sm90_tst_128x192_64x5_2x1) and
 from L2 for the same work. Measured (call 5): 271 us against version 7's 210, slower: L2's
 bandwidth was not the limit (version 7's L2 hit rate is 96%), and coupling the two blocks' rings
 (a stage is refilled only when both have released it) makes each wait on the other.
+Session 20 found a cost in how the coupling was written: each consumer warp's arrive on the other
+block's barrier was a .release.cluster, a cluster-wide fence of the warp's earlier writes. With
+the arrive at the block's scope (gemm_wgmma.cuh's mbar_arrive_in) this version runs 217.0 / 217.7
+us at B = 16 on an H100 against version 7's 224.8 / 224.5 in the same call: 3% faster
+(results/h100-session20-2026-12-06/call4; sanitizers 4 of 4 clean there).
 """
 preconditions = ["C % 8 == 0", "OC % 8 == 0"]
 arch = "sm_90a"  # TMA and wgmma: a Hopper
