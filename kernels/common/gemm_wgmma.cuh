@@ -55,6 +55,14 @@ struct alignas(64) TmaMap {
     unsigned long long opaque[16];
 };
 
+// A kernel of pairs (CLUSTER = 2, below) is declared with GEMM_PAIRS: two blocks a cluster on a
+// Hopper; elsewhere nothing (its body is a trap there).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMM_PAIRS __cluster_dims__(2, 1, 1)
+#else
+#define GEMM_PAIRS
+#endif
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void tensormap_acquire(const TmaMap* map) {
     asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(map))

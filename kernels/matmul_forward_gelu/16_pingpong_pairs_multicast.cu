@@ -46,13 +46,7 @@ constexpr int TILE_N = 128;  // a tile's columns (its rows: 128)
 constexpr int STAGES = 4;    // k-steps of 64 in flight
 constexpr int GROUP = 8;     // pairs of row blocks a group of tiles (16 row blocks)
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PAIRS __cluster_dims__(2, 1, 1)  // two blocks a cluster (Hopper; elsewhere the body is a trap)
-#else
-#define PAIRS
-#endif
-
-extern "C" __global__ void PAIRS __launch_bounds__(384, 1)
+extern "C" __global__ void GEMM_PAIRS __launch_bounds__(384, 1)
 matmul_forward_gelu16(const TmaMap* map_inp, const TmaMap* map_weight, const TmaMap* map_out, const TmaMap* map_pre,
                       const bf16* bias, int M, int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -38,13 +38,7 @@ args = ["tma:inp, N, C, 128, 64", "tma:weight, OC, C, 96, 64", "out", "pre", "bi
 constexpr int TILE_N = 192;  // a tile's columns (its rows: 128)
 constexpr int STAGES = 4;    // k-steps of 64 in flight
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PAIRS __cluster_dims__(2, 1, 1)  // two blocks a cluster (Hopper; elsewhere the body is a trap)
-#else
-#define PAIRS
-#endif
-
-extern "C" __global__ void PAIRS __launch_bounds__(384, 1)
+extern "C" __global__ void GEMM_PAIRS __launch_bounds__(384, 1)
 matmul_forward_gelu8(const TmaMap* map_inp, const TmaMap* map_weight, bf16* out, bf16* pre, const bf16* bias, int M,
                      int N, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
