@@ -302,16 +302,15 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
 // warp (shuffles over g) and the warpgroup's four warps (shared memory, in warp order): the same
 // bits every run. TANH: gelu' through the hardware tanh (gelu.cuh's gelu_grad_tanh) instead of
 // gelu_grad's exponential and reciprocal. W: the pre words dgelu_in_place loads before it
-// computes and stores any of them (1: one word at a time). CLUSTER: as gemm_tma_pingpong's (tried
-// in session 20 as a device-only variant of matmul_backward_dgelu 10, no faster than 10:
-// results/h100-session20-2026-12-06/variants/README.md).
+// computes and stores any of them (1: one word at a time). (In pairs of blocks, as
+// gemm_tma_pingpong's CLUSTER = 2, it was no faster: results/h100-session20-2026-12-06/variants.)
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
-template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1, int CLUSTER = 1>
+template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1>
 __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                const TmaMap* map_pre, float* partial, int M, int N, int K) {
     static_assert(BN % 64 == 0 && BN <= 128, "whole 64-column boxes; a column sum a thread");
     extern __shared__ float4 smem4[];
-    GemmRing<BN, STAGES, CLUSTER, GROUP, true> ring;
+    GemmRing<BN, STAGES, 1, GROUP, true> ring;
     ring.init(smem_addr(smem4));
     const uint32_t pre_full = ring.end();  // + 8 w: warpgroup w's pre has landed
     if (threadIdx.x == 0) {
@@ -368,8 +367,7 @@ __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap
                                  "f"(v) : "memory");
             }
             warpgroup_sync(w);
-            // (with CLUSTER = 2 the second tile of the last pair may lie wholly past M: no partials)
-            if ((CLUSTER == 1 || row0 < M) && lane < BN && col0 + lane < N) {
+            if (lane < BN && col0 + lane < N) {
                 float s = 0.0f, v;
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
