@@ -1,7 +1,8 @@
 """The CUDA trainer against the same GPT-2 in PyTorch (TF32 off), on the GPU (marked gpu).
 
 Figures are printed (run with -s) so they can be quoted: max |error| of logits, loss and every
-parameter gradient, and the losses of 10 AdamW steps side by side.
+parameter gradient, and the losses of 10 AdamW steps side by side. The recompute test runs the
+backend with its side stream (train/streams.py, `train --side-stream`).
 """
 
 import numpy as np
@@ -165,7 +166,7 @@ def test_recompute_gives_bit_identical_steps_in_fewer_bytes(world, precision):
     attention = "flash" if precision == "bf16" else "softmax"
     for r in (0, 1, 2):
         program = Program(world["config"], B, T, attention, tf32=False, precision=precision, recompute=r)
-        backend = KernelBackend(program, PromotedSet(deterministic=True))
+        backend = KernelBackend(program, PromotedSet(deterministic=True), side_stream=True)
         backend.upload("params", world["params"].astype(np.float32))
         if precision == "bf16":
             backend.upload("params_bf16", world["params"].astype(np.float32))

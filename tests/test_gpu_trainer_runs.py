@@ -7,7 +7,8 @@ token file, each run a subprocess that writes its summary with --json.
 * gradient accumulation (--total-batch, 2 micro-steps of B) equals one step of 2B;
 * under `mpirun -np 1` (NCCL on one rank, the bucketed reductions in the graph) and with --zero 1
   the losses equal a plain run's; with two GPUs, two ranks of B equal one GPU of 2B, and a rank
-  killed mid-run stops the others within seconds.
+  killed mid-run stops the others within seconds;
+* --side-stream (the weight gradients on a second stream) trains the identical run.
 
 The --deterministic runs need the deterministic stand-ins promoted (the trainer's error names the
 `workbench promote FAMILY VERSION --deterministic` to run).
@@ -161,6 +162,21 @@ def test_recompute_trains_the_identical_run_in_fewer_bytes(tmp_path, data):
                                  if k not in ("recompute", "gpu_total")))
     assert (m0["recompute"], m2["recompute"]) == (0, 2) and m2["activations"] < m0["activations"]
     assert 0 < m0["run_after_capture"] <= m0["gpu_used_after_capture"] <= m0["gpu_total"]
+
+
+@pytest.mark.parametrize("ranks", [None, 1], ids=["plain", "mpirun-np-1"])
+def test_the_side_stream_trains_the_identical_run(tmp_path, data, ranks):
+    """--side-stream (the weight-gradient GEMMs on a second stream, train/streams.py) runs the same
+    kernels on the same operands: the --deterministic bf16 run's losses, validation losses and
+    samples exactly; under mpirun with the bucketed reductions waiting for the gradients they sum."""
+    if ranks:
+        needs_mpi()
+    extra = ("-b", 4, "--steps", 5, "--deterministic", "--precision", "bf16", "--attention", "flash")
+    one = train(tmp_path, "one", data, *extra, "--one-stream")
+    side = train(tmp_path, "side", data, *extra, "--side-stream", ranks=ranks)
+    assert "on a second stream" in side["output"] and "in order" in one["output"]
+    assert side["losses"] == one["losses"] and side["val_losses"] == one["val_losses"]
+    assert side["samples"] == one["samples"]
 
 
 def test_a_batch_too_large_for_the_gpu_is_refused_in_one_line_before_allocating(tmp_path):

@@ -51,7 +51,7 @@ class HostKernels(backends.ReferenceBackend):
 
     live = None
 
-    def __init__(self, program, promoted, comm=None):
+    def __init__(self, program, promoted, comm=None, side_stream=False):
         super().__init__(program)
         self.base, at = {}, 1 << 20
         for name, spec in program.buffers.items():

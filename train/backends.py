@@ -263,12 +263,14 @@ class PlannedCall:
 class KernelBackend:
     """The program's buffers on the device and a launch plan per call, from the promoted set."""
 
-    def __init__(self, program: Program, promoted: PromotedSet, comm=None):
+    def __init__(self, program: Program, promoted: PromotedSet, comm=None, side_stream: bool = False):
         import pycuda.driver as drv
         self.drv = drv
         self.program = program
         self.promoted = promoted
         self.comm = comm
+        self.side = None  # side_stream: the weight gradients' launches on a second stream (train/streams.py)
+        self._outputs: dict[tuple[str, str], frozenset[str]] = {}
         self._collectives: dict[int, PlannedCall] = {}
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}
         self.fallbacks: dict[str, tuple[dict, str]] = {}  # entry key -> (the fallback run, why)
@@ -284,6 +286,12 @@ class KernelBackend:
         self.modules: dict[str, tuple] = {}
         self.plans: dict[int, PlannedCall] = {}
         self._plan(prepared, scratch_need)
+        if side_stream:
+            from workbench import library_calls
+
+            from .streams import SideStream
+            self.side = SideStream(drv.Stream, lambda: drv.Event(drv.event_flags.DISABLE_TIMING),
+                                   library_calls.own_workspace, library_calls.STREAM_SAFE)
 
     def _prepare(self) -> tuple[list, dict[tuple[str, str], tuple[int, str]]]:
         """Each call's family, promoted version (or its fallback: see PromotedSet.serving), sizes and
@@ -361,7 +369,19 @@ class KernelBackend:
             self._collectives[id(item)] = PlannedCall(item.label, None, run)
         return self._collectives[id(item)]
 
+    def outputs(self, call: Call) -> frozenset[str]:
+        """The contract arguments `call` writes (out and inout) at its precision."""
+        key = (call.family, call.precision)
+        if key not in self._outputs:
+            family = self.promoted.project.family(call.family)
+            self._outputs[key] = frozenset(a.name for a in family.args_for(call.precision) if a.is_output)
+        return self._outputs[key]
+
     def run(self, calls, stream) -> None:
+        calls = list(calls)
+        if self.side is not None:
+            self.side.run(calls, self.steps(calls), self.outputs, stream)
+            return
         for step in self.steps(calls):
             step.run(stream)
 

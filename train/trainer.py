@@ -104,7 +104,7 @@ class Trainer:
                                rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
                                precision=o.precision, fused=fused, recompute=o.recompute)
         self.free_at_start, self.total_memory = drv.mem_get_info()  # this process's context made, nothing allocated
-        self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm())
+        self.backend = KernelBackend(self.program, self.promoted, comm=d.gpu_comm(), side_stream=o.side_stream)
         padded = np.zeros(self.program.padded_params, dtype=np.float32)
         padded[:self.params.size] = self.params
         self.backend.upload("params", padded)
@@ -353,6 +353,7 @@ def run_rows(run: Run, source: str) -> list[tuple[str, object]]:
                             + (f", keep {o.keep}" if o.keep else "") if o.checkpoint_every else "-"),
             ("ZeRO", f"stage {o.zero}"), ("deterministic", "yes" if o.deterministic else "no"),
             ("recompute", {0: "0 (every activation kept)", 1: "1 (GELU)", 2: "2 (GELU, layernorms)"}[o.recompute]),
+            ("weight gradients", "on a second stream (--side-stream)" if o.side_stream else "in order (--one-stream)"),
             ("save", o.save or "-")]
 
 

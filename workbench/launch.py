@@ -79,6 +79,11 @@ class Plan:
     block_size: int | None
     steps: list[Callable[[Any], None]] = field(default_factory=list)
     described: list[str] = field(default_factory=list)
+    # Per step: "kernel", "memset" or the library op's name, and the buffers it reads or writes (by
+    # the names the plan was given: contract arguments and scratch). The trainer's second stream
+    # (train/streams.py) decides from these which steps may run beside the others.
+    ops: list[str] = field(default_factory=list)
+    touched: list[frozenset[str]] = field(default_factory=list)
 
     def __call__(self, stream) -> None:
         for step in self.steps:
@@ -119,6 +124,29 @@ def _resolve(text: Any, env: Mapping[str, Any], buffers: Mapping[str, DeviceBuff
     return "f", float(value)
 
 
+def buffer_named(text: Any, buffers) -> str | None:
+    """The buffer a kernel argument or library parameter points into (a plain buffer name,
+    `tma:BUFFER, ...` or `BUFFER[offset]`), None for a value."""
+    if not isinstance(text, str):
+        return None
+    s = text.strip()
+    if s in buffers:
+        return s
+    if (tma := tensor_map_arg(s)) is not None:
+        return tma[0]
+    m = BUFFER_OFFSET.match(s)
+    return m.group(1) if m and m.group(1) in buffers else None
+
+
+def step_buffers(step, names) -> frozenset[str]:
+    """The buffers (of `names`: the arguments and scratch a plan is given) a launch step reads or writes."""
+    from .library_calls import LITERAL_PARAMS
+    if step.kind == "memset":
+        return frozenset({step.name})
+    texts = step.args if step.kind == "kernel" else [v for k, v in step.params if k not in LITERAL_PARAMS]
+    return frozenset(filter(None, (buffer_named(t, names) for t in texts)))
+
+
 def resolve_value(text: Any, env: Mapping[str, Any], buffers: Mapping[str, DeviceBuffer]) -> Any:
     """A library-call parameter: buffers become pointers, expressions values, others pass."""
     if isinstance(text, (bool, int, float)):
@@ -151,6 +179,8 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
             launch, described = _kernel_step(version, module, step, env, buffers, resources or {}, drv)
             plan.steps.append(launch)
             plan.described.append(described)
+            plan.ops.append("kernel")
+            plan.touched.append(step_buffers(step, buffers))
         elif step.kind == "memset":
             buf = buffers[step.name]
             bits = _word(expr.evaluate(step.value, env), buf.dtype)
@@ -162,12 +192,16 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
                     drv.memset_d32_async(ptr, bits, count, stream)
             plan.steps.append(memset)
             plan.described.append(f"memset {step.name}")
+            plan.ops.append("memset")
+            plan.touched.append(step_buffers(step, buffers))
         else:
             fn = library_calls.get(step.name)
             kwargs = {k: v if k in library_calls.LITERAL_PARAMS else resolve_value(v, env, buffers)
                       for k, v in step.params}
             plan.steps.append(fn(**kwargs))
             plan.described.append(f"{step.name}({', '.join(k for k, _ in step.params)})")
+            plan.ops.append(step.name)
+            plan.touched.append(step_buffers(step, buffers))
     if not plan.steps:
         raise LaunchConfigError(f"{version.label}: nothing to launch at {version.family.format_sizes(sizes)} "
                                 f"(every step's `when` is false)")

@@ -66,6 +66,28 @@ def _workspace():
     return drv.mem_alloc(WORKSPACE)
 
 
+# Streams given a cuBLASLt workspace of their own (own_workspace): a gemm_lt call enqueued on one of
+# them uses it, so gemm_lt calls running at once on two streams never share a workspace. Any other
+# stream's calls use _workspace(). The ops in STREAM_SAFE share nothing else between streams (a
+# cuDNN graph's workspace and the cuBLAS handle's are one per process), so only they may run on a
+# second stream beside the first (the trainer's side stream, train/streams.py).
+_STREAM_WORKSPACES: dict[int, Any] = {}
+STREAM_SAFE = frozenset({"gemm_lt"})
+
+
+def own_workspace(stream) -> None:
+    """Give `stream` a cuBLASLt workspace of its own (WORKSPACE bytes), once."""
+    import pycuda.driver as drv
+    handle = _stream_handle(stream)
+    if handle not in _STREAM_WORKSPACES:
+        _STREAM_WORKSPACES[handle] = drv.mem_alloc(WORKSPACE)
+
+
+def _workspace_for(stream):
+    own = _STREAM_WORKSPACES.get(_stream_handle(stream))
+    return _workspace() if own is None else own
+
+
 @lru_cache(maxsize=None)
 def cublas_handle() -> int:
     from nvmath.bindings import cublas
@@ -212,7 +234,7 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     if count[0] == 0:
         raise ContractError(f"cuBLASLt found no algorithm for m={m} n={n} k={k} ({dtype}, epilogue {epilogue})")
     scalars = np.array([alpha, beta], dtype=np.float32)
-    ws = _workspace()
+    ws = _workspace()  # for the tuning's trials; a call uses its stream's (_workspace_for)
     chosen = 0
     if count[0] > 1:
         chosen = _tuned_index(
@@ -228,7 +250,7 @@ def gemm_lt(a, b, d, m, n, k, bias=0, c=0, trans_a=False, trans_b=False, alpha=1
     def call(stream):
         cublasLt.matmul(handle, desc, scalars.ctypes.data, int(b), layout_b, int(a), layout_a,
                   scalars.ctypes.data + 4, c_ptr, layout_d, int(d), layout_d, algo.ctypes.data,
-                  int(ws), workspace, _stream_handle(stream))
+                  int(_workspace_for(stream)), workspace, _stream_handle(stream))
     call.keep = (scalars, algo, results)  # type: ignore[attr-defined]
     return call
 
