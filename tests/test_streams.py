@@ -59,8 +59,6 @@ class Planned:
 def planned_items(program: Program, items, promoted: PromotedSet, outputs) -> list[Planned]:
     out = []
     for k, item in enumerate(items):
-        def launch(stream, position, reads, writes, label):
-            stream.launch(position, reads, writes, label)
         if isinstance(item, Call):
             v = promoted.version(item.family, item.precision, item.variant)
             names = set(item.args) | {s.name for s in v.scratch}
@@ -73,7 +71,8 @@ def planned_items(program: Program, items, promoted: PromotedSet, outputs) -> li
                 writes = [sl[n] for n in t if n in outputs(item) or n not in item.args]
                 ops.append(step.name if step.kind == "library" else step.kind)
                 touched.append(t)
-                steps.append(lambda s, p=(k, i), r=reads, w=writes, lab=f"{item.label} step {i}": launch(s, p, r, w, lab))
+                label = f"{item.label} step {i}"
+                steps.append(lambda s, p=(k, i), r=reads, w=writes, lab=label: s.launch(p, r, w, lab))
             out.append(Planned(Plan(ops, touched, steps)))
         else:
             if isinstance(item, Zero):
@@ -87,7 +86,7 @@ def planned_items(program: Program, items, promoted: PromotedSet, outputs) -> li
             else:
                 assert isinstance(item, Join)
                 reads, writes = [], []
-            out.append(Planned(lambda s, p=(k, 0), r=reads, w=writes, lab=item.label: launch(s, p, r, w, lab)))
+            out.append(Planned(lambda s, p=(k, 0), r=reads, w=writes, lab=item.label: s.launch(p, r, w, lab)))
     return out
 
 

@@ -269,7 +269,7 @@ class KernelBackend:
         self.program = program
         self.promoted = promoted
         self.comm = comm
-        self.side = None  # side_stream: the weight gradients' launches on a second stream (train/streams.py)
+        self.side = None  # side_stream: the weight and bias gradients on a second stream (train/streams.py)
         self._outputs: dict[tuple[str, str], frozenset[str]] = {}
         self._collectives: dict[int, PlannedCall] = {}
         self.dtypes = {name: spec.dtype for name, spec in program.buffers.items()}

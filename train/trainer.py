@@ -353,7 +353,8 @@ def run_rows(run: Run, source: str) -> list[tuple[str, object]]:
                             + (f", keep {o.keep}" if o.keep else "") if o.checkpoint_every else "-"),
             ("ZeRO", f"stage {o.zero}"), ("deterministic", "yes" if o.deterministic else "no"),
             ("recompute", {0: "0 (every activation kept)", 1: "1 (GELU)", 2: "2 (GELU, layernorms)"}[o.recompute]),
-            ("weight gradients", "on a second stream (--side-stream)" if o.side_stream else "in order (--one-stream)"),
+            ("weight, bias gradients",
+             "on a second stream (--side-stream)" if o.side_stream else "in order (--one-stream)"),
             ("save", o.save or "-")]
 
 
