@@ -16,9 +16,8 @@ import pytest
 from train.backends import PromotedSet
 from train.config import preset
 from train.model import FUSED, AllGather, AllReduce, Call, Join, Program, Reduce, Slice, Zero
-from train.streams import SideStream, overlaps
+from train.streams import SideStream
 from workbench import library_calls
-from workbench.launch import step_buffers
 
 
 class Recorder:
@@ -64,7 +63,7 @@ def planned_items(program: Program, items, promoted: PromotedSet, outputs) -> li
             names = set(item.args) | {s.name for s in v.scratch}
             ops, touched, steps = [], [], []
             for i, step in enumerate(v.steps):
-                t = step_buffers(step, names)
+                t = step.buffers(names)
                 # a family's scratch is shared by its calls: a slice of its own
                 sl = {n: item.args.get(n, Slice(f"scratch {item.family} {n}", 0, 1)) for n in t}
                 reads = list(sl.values())
@@ -117,8 +116,8 @@ def unordered_conflicts(rec: Recorder) -> list[str]:
         for a, (_, pos_a, reads_a, writes_a, label_a) in enumerate(nodes):
             if pos_a >= pos_b:
                 continue
-            conflict = any(overlaps(w, x) for w in writes_a for x in reads_b + writes_b) or \
-                any(overlaps(r, w) for r in reads_a for w in writes_b)
+            conflict = any(w.overlaps(x) for w in writes_a for x in reads_b + writes_b) or \
+                any(r.overlaps(w) for r in reads_a for w in writes_b)
             if conflict and not (reach[b] >> a) & 1:
                 bad.append(f"{label_a} -> {label_b}")
     return bad

@@ -42,6 +42,11 @@ class Slice:
     offset: int
     elems: int
 
+    def overlaps(self, other: "Slice") -> bool:
+        """Whether the two slices share an element."""
+        return (self.buffer == other.buffer and self.offset < other.offset + other.elems
+                and other.offset < self.offset + self.elems)
+
 
 @dataclass
 class Call:
@@ -540,7 +545,7 @@ class ProgramUpdate:
                 if ref.buffer != "grads":
                     continue
                 for r in regions:
-                    if r.offset < ref.offset + ref.elems and ref.offset < r.offset + r.elems:
+                    if r.overlaps(ref):
                         last_writer[r] = i
         done_at: dict[int, list[Slice]] = {}
         for r in regions:

@@ -42,10 +42,6 @@ SIDE_OUTPUTS = {"matmul_backward": frozenset({"dweight"}), "matmul_backward_dgel
 SIDE_CALLS = frozenset({"matmul_backward_bias"})
 
 
-def overlaps(a: Slice, b: Slice) -> bool:
-    return a.buffer == b.buffer and a.offset < b.offset + b.elems and b.offset < a.offset + a.elems
-
-
 def side_steps(call: Call, plan, outputs: frozenset[str], stream_safe: frozenset[str]) -> list[int]:
     """The indexes of the plan's steps (workbench/launch.py's Plan) that may run on the side stream."""
     if call.family in SIDE_CALLS:
@@ -98,9 +94,9 @@ class SideStream:
                         pending.append((done, [item.args[n] for n in names], [item.args[n] for n in names & outs]))
                         self.moved += 1
                 rest = [i for i in range(len(plan.steps)) if i not in moved]
-                # the rest touch any argument but the outputs only the moved launches write
-                names = set(item.args) - set().union(*(plan.touched[i] & outs for i in moved))
-                self._wait(pending, [item.args[n] for n in names], [item.args[n] for n in names & outs], main)
+                if rest:  # they touch any argument but the outputs only the moved launches write
+                    names = set(item.args) - set().union(*(plan.touched[i] & outs for i in moved))
+                    self._wait(pending, [item.args[n] for n in names], [item.args[n] for n in names & outs], main)
                 for i in rest:
                     plan.steps[i](main)
             elif isinstance(item, Zero):
@@ -122,8 +118,8 @@ class SideStream:
         and writing `writes` (None: with everything), and forget it and those before it."""
         last = -1
         for j, (_, side_reads, side_writes) in enumerate(pending):
-            if reads is None or any(overlaps(w, s) for w in writes for s in side_reads + side_writes) \
-                    or any(overlaps(r, s) for r in reads for s in side_writes):
+            if reads is None or any(w.overlaps(s) for w in writes for s in side_reads + side_writes) \
+                    or any(r.overlaps(s) for r in reads for s in side_writes):
                 last = j
         if last >= 0:
             main.wait_for_event(pending[last][0])

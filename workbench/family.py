@@ -163,6 +163,14 @@ class LaunchStep:
     value: str = "0"
     when: str | None = None
 
+    def buffers(self, names) -> frozenset[str]:
+        """The buffers of `names` (the arguments and scratch a plan is given) this step reads or writes."""
+        from .library_calls import LITERAL_PARAMS
+        if self.kind == "memset":
+            return frozenset({self.name})
+        texts = self.args if self.kind == "kernel" else [v for k, v in self.params if k not in LITERAL_PARAMS]
+        return frozenset(filter(None, (buffer_named(t, names) for t in texts)))
+
 
 @dataclass
 class Version:
@@ -798,6 +806,20 @@ def strip_arg(text: str, buffers: set[str]) -> str:
     if colon and prefix in ARG_TYPES:
         return rest
     return text
+
+
+def buffer_named(text: Any, buffers) -> str | None:
+    """The buffer a kernel argument or library parameter points into (a plain buffer name,
+    `tma:BUFFER, ...` or `BUFFER[offset]`; strip_arg's other half), None for a value."""
+    if not isinstance(text, str):
+        return None
+    s = text.strip()
+    if s in buffers:
+        return s
+    if (tma := tensor_map_arg(s)) is not None:
+        return tma[0]
+    m = BUFFER_OFFSET.match(s)
+    return m.group(1) if m and m.group(1) in buffers else None
 
 
 class Project:

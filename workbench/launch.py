@@ -124,29 +124,6 @@ def _resolve(text: Any, env: Mapping[str, Any], buffers: Mapping[str, DeviceBuff
     return "f", float(value)
 
 
-def buffer_named(text: Any, buffers) -> str | None:
-    """The buffer a kernel argument or library parameter points into (a plain buffer name,
-    `tma:BUFFER, ...` or `BUFFER[offset]`), None for a value."""
-    if not isinstance(text, str):
-        return None
-    s = text.strip()
-    if s in buffers:
-        return s
-    if (tma := tensor_map_arg(s)) is not None:
-        return tma[0]
-    m = BUFFER_OFFSET.match(s)
-    return m.group(1) if m and m.group(1) in buffers else None
-
-
-def step_buffers(step, names) -> frozenset[str]:
-    """The buffers (of `names`: the arguments and scratch a plan is given) a launch step reads or writes."""
-    from .library_calls import LITERAL_PARAMS
-    if step.kind == "memset":
-        return frozenset({step.name})
-    texts = step.args if step.kind == "kernel" else [v for k, v in step.params if k not in LITERAL_PARAMS]
-    return frozenset(filter(None, (buffer_named(t, names) for t in texts)))
-
-
 def resolve_value(text: Any, env: Mapping[str, Any], buffers: Mapping[str, DeviceBuffer]) -> Any:
     """A library-call parameter: buffers become pointers, expressions values, others pass."""
     if isinstance(text, (bool, int, float)):
@@ -180,7 +157,7 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
             plan.steps.append(launch)
             plan.described.append(described)
             plan.ops.append("kernel")
-            plan.touched.append(step_buffers(step, buffers))
+            plan.touched.append(step.buffers(buffers))
         elif step.kind == "memset":
             buf = buffers[step.name]
             bits = _word(expr.evaluate(step.value, env), buf.dtype)
@@ -193,7 +170,7 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
             plan.steps.append(memset)
             plan.described.append(f"memset {step.name}")
             plan.ops.append("memset")
-            plan.touched.append(step_buffers(step, buffers))
+            plan.touched.append(step.buffers(buffers))
         else:
             fn = library_calls.get(step.name)
             kwargs = {k: v if k in library_calls.LITERAL_PARAMS else resolve_value(v, env, buffers)
@@ -201,7 +178,7 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
             plan.steps.append(fn(**kwargs))
             plan.described.append(f"{step.name}({', '.join(k for k, _ in step.params)})")
             plan.ops.append(step.name)
-            plan.touched.append(step_buffers(step, buffers))
+            plan.touched.append(step.buffers(buffers))
     if not plan.steps:
         raise LaunchConfigError(f"{version.label}: nothing to launch at {version.family.format_sizes(sizes)} "
                                 f"(every step's `when` is false)")
