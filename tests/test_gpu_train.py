@@ -31,10 +31,11 @@ def world():
             "stream": drv.Stream()}
 
 
-# The MLP's fc layer and GELU as separate calls, and fused into their GEMMs' epilogues (where the
-# fused families are promoted at fp32: the trainer uses them then).
-FUSED = pytest.mark.parametrize("fused", [(), ("matmul_forward_gelu", "matmul_backward_dgelu")],
-                                ids=["unfused", "fused"])
+# The MLP's fc layer and GELU as separate calls, and fused into their GEMMs' epilogues; the
+# projections adding into the residual stream themselves (where the fused families are promoted at
+# fp32: the trainer uses them then).
+FUSED = pytest.mark.parametrize("fused", [(), ("matmul_forward_gelu", "matmul_backward_dgelu"),
+                                          ("matmul_forward_residual",)], ids=["unfused", "fused", "residual"])
 
 
 def make_backend(world, params, fused=()):

@@ -238,10 +238,15 @@ class ProgramBuffers:
         self._buf("zeros", Vp, act)  # the lm head has no bias
         self._buf("encoded", BTC, act)
         stats = ("ln1_mean", "ln1_rstd", "ln2_mean", "ln2_rstd", "lse", "lnf_mean", "lnf_rstd", "losses")
+        # With FUSED_RESIDUAL the projections add into the stream themselves: their own outputs
+        # (attproj, fcproj) are never stored.
+        projections = () if FUSED_RESIDUAL in self.fused else ("attproj", "fcproj")
         for name, elems in (("ln1", BTC), ("ln1_mean", BT), ("ln1_rstd", BT), ("qkv", 3 * BTC),
                             ("atty", BTC), ("lse", B * NH * T), ("attproj", BTC), ("residual2", BTC),
                             ("ln2", BTC), ("ln2_mean", BT), ("ln2_rstd", BT), ("fch", 4 * BTC),
                             ("fch_gelu", 4 * BTC), ("fcproj", BTC), ("residual3", BTC)):
+            if name in ("attproj", "fcproj") and name not in projections:
+                continue
             self._buf(name, elems, "f32" if name in stats else act, per_layer=True)
         for name, elems in (("lnf", BTC), ("lnf_mean", BT), ("lnf_rstd", BT), ("logits", BT * Vp),
                             ("losses", BT), ("dresidual", BTC), ("dln", BTC), ("datty", BTC),
@@ -325,24 +330,39 @@ class ProgramPasses:
         if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
             att_args["lse"] = at("lse", l)
         f.append(Call(att_fwd, {**bt, "NH": NH, "HS": C // NH}, att_args, self._tf32, f"layer {l} attention"))
-        f.append(mm(at("attproj", l), at("atty", l), param("attprojw", l), param("attprojb", l), C, C,
-                    f"layer {l} attproj"))
-        f.append(Call("fused_residual_forward", {**bt, "C": C},
-                      {"residual": at("residual2", l), "normed": at("ln2", l), "mean": at("ln2_mean", l),
-                       "rstd": at("ln2_rstd", l), "inp1": self._residual_of(l), "inp2": at("attproj", l),
-                       "weight": param("ln2w", l), "bias": param("ln2b", l)}, label=f"layer {l} residual+ln2"))
+        ln2 = {"normed": at("ln2", l), "mean": at("ln2_mean", l), "rstd": at("ln2_rstd", l),
+               "weight": param("ln2w", l), "bias": param("ln2b", l)}
+        f += self._projection(at("residual2", l), self._residual_of(l), "attproj", at("atty", l), C, l, ln2, "ln2")
         f += self._fc_forward(l)
-        f.append(mm(at("fcproj", l), at("fch_gelu", l), param("fcprojw", l), param("fcprojb", l), 4 * C, C,
-                    f"layer {l} fcproj"))
         last = l == L - 1
         nxt = ({"normed": at("lnf"), "mean": at("lnf_mean"), "rstd": at("lnf_rstd"),
                 "weight": param("lnfw"), "bias": param("lnfb")} if last else
                {"normed": at("ln1", l + 1), "mean": at("ln1_mean", l + 1), "rstd": at("ln1_rstd", l + 1),
                 "weight": param("ln1w", l + 1), "bias": param("ln1b", l + 1)})
-        f.append(Call("fused_residual_forward", {**bt, "C": C},
-                      {"residual": at("residual3", l), "inp1": at("residual2", l), "inp2": at("fcproj", l), **nxt},
-                      label=f"layer {l} residual+" + ("lnf" if last else f"layer {l + 1} ln1")))
+        f += self._projection(at("residual3", l), at("residual2", l), "fcproj", at("fch_gelu", l), 4 * C, l, nxt,
+                              "lnf" if last else f"layer {l + 1} ln1")
         return f
+
+    def _projection(self, stream: Slice, entering: Slice, name: str, inp: Slice, c: int, l: int,
+                    ln: dict[str, Slice], ln_label: str) -> list[Call]:
+        """A block branch's end: the projection `name` of `inp`, added to the stream `entering` into
+        `stream`, then the layernorm `ln` (its normed, mean, rstd, weight, bias) of the new stream.
+        With FUSED_RESIDUAL the GEMM adds the stream itself and a plain layernorm follows;
+        otherwise the projection's output is kept and fused_residual_forward adds and normalizes."""
+        C, at, param = self.config.channels, self.at, self.param
+        w, b = param(f"{name}w", l), param(f"{name}b", l)
+        if FUSED_RESIDUAL in self.fused:
+            return [Call(FUSED_RESIDUAL, {**self._bt, "C": c, "OC": C},
+                         {"out": stream, "inp": inp, "weight": w, "bias": b, "residual": entering}, self._tf32,
+                         f"layer {l} {name}+residual"),
+                    Call("layernorm_forward", {**self._bt, "C": C},
+                         {"out": ln["normed"], "mean": ln["mean"], "rstd": ln["rstd"], "inp": stream,
+                          "weight": ln["weight"], "bias": ln["bias"]},
+                         label=ln_label if ln_label.startswith("layer") else f"layer {l} {ln_label}")]
+        return [self._mm(at(name, l), inp, w, b, c, C, f"layer {l} {name}"),
+                Call("fused_residual_forward", {**self._bt, "C": C},
+                     {"residual": stream, "inp1": entering, "inp2": at(name, l), **ln},
+                     label=f"layer {l} residual+{ln_label}")]
 
     def _build_loss(self) -> None:
         """Softmax + cross-entropy + dlogits in one pass, written over the logits."""
@@ -422,7 +442,10 @@ class ProgramPasses:
 # projection's matmul_backward_bias: Program(fused=...) names the ones to use.
 FUSED_GELU = ("matmul_forward_gelu", "matmul_backward_dgelu")
 FUSED_LN = "layernorm_backward_proj_bias"
-FUSED = FUSED_GELU + (FUSED_LN,)
+# The projections' GEMMs adding into the residual stream themselves (their output never stored),
+# each followed by a plain layernorm_forward in place of fused_residual_forward.
+FUSED_RESIDUAL = "matmul_forward_residual"
+FUSED = FUSED_GELU + (FUSED_LN, FUSED_RESIDUAL)
 
 
 class ProgramMLP:
