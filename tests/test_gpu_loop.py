@@ -39,15 +39,23 @@ class Lines:
         for line in stream:
             self.q.put(line)
 
-    def wait_for(self, text, timeout):
+    def wait_for(self, text, timeout, count=None):
+        """The next line holding `text`; with `count`, the count-th such line since the start,
+        which may have come already: stdout and stderr are read by two threads, so a line on one
+        (watch's "watching", on stderr) can overtake a line the program wrote before it on the
+        other (the report, on stdout)."""
         deadline = time.monotonic() + timeout
+        if count is not None:
+            found = [line for line in self.seen if text in line]
+            if len(found) >= count:
+                return found[count - 1]
         while time.monotonic() < deadline:
             try:
                 line = self.q.get(timeout=0.2)
             except queue.Empty:
                 continue
             self.seen.append(line)
-            if text in line:
+            if text in line and (count is None or sum(text in s for s in self.seen) >= count):
                 return line
         raise AssertionError(f"no {text!r} within {timeout} s; output so far:\n{''.join(self.seen)[-4000:]}")
 
@@ -60,18 +68,18 @@ def test_watch_runs_again_on_each_save_and_survives_a_compile_error(tmp_path):
                 stderr=subprocess.PIPE, cwd=root)
     try:
         lines = Lines(p.proc)
-        lines.wait_for("first run: best", 180)
-        lines.wait_for("watching", 30)
+        lines.wait_for("first run: best", 180, count=1)
+        lines.wait_for("watching", 30, count=1)
         source.write_text(source.read_text() + "\n// an edit\n")
-        line = lines.wait_for("saved 4_", 60)
+        line = lines.wait_for("saved 4_", 60, count=1)
         assert "s from the save to this table" in line
-        lines.wait_for("watching", 30)
+        lines.wait_for("watching", 30, count=2)
         good = source.read_text()
         source.write_text(good.replace("float m = sum / C;", "float m = sum / C"))
-        lines.wait_for("does not compile", 60)
-        lines.wait_for("watching", 30)
+        lines.wait_for("does not compile", 60, count=1)
+        lines.wait_for("watching", 30, count=3)
         source.write_text(good + "\n// mended\n")
-        lines.wait_for("saved 4_", 60)
+        lines.wait_for("saved 4_", 60, count=2)
         p.proc.send_signal(signal.SIGINT)
         code, _, _ = p.wait(30)
         assert code == 0

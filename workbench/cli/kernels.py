@@ -242,6 +242,7 @@ def _run_watch(project: Project, v, opts: Options, sizes: dict) -> None:
                     console.print(report.run_report(row, run_.meta, torch, copy))
                     console.print(report.change_line(prev, row, changed, time.time() - t_save if t_save else None))
                     prev = row if row.passed else prev
+                console.file.flush()  # the report before the prompt, also where stdout is a pipe
                 err_console.print(f"[dim]watching {len(since)} file(s) of {v.label}; save to run again, "
                                   f"Ctrl-C to stop[/]")
                 since, changed = wait_for_change(v.path, since)
