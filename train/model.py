@@ -595,7 +595,7 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
     rank and zero place this rank's optimizer shard; weight_decay (a bool: the rate itself is a
     device scalar) splits the update so only the 2-D weights decay; grad_clip is AdamW's max_norm
     (0: no clipping, and no norm computed); fused names the families of FUSED the step uses (the
-    MLP's, ProgramMLP; the layernorm backward's, _ln_back); recompute (0, 1, 2) which activations the backward recomputes instead of keeping
+    MLP's, ProgramMLP; the layernorm backward's, _ln_back; the projections', _projection); recompute (0, 1, 2) which activations the backward recomputes instead of keeping
     them per layer (RECOMPUTED)."""
 
     def __init__(self, config: GPT2Config, B: int, T: int, attention: str = "softmax", tf32: bool = True, *,
