@@ -5,7 +5,7 @@
 # B=32 run on the new frozen copy; test_gpu_train.py's fused-residual cases on it.
 set -u
 o=$OUT/c8; mkdir -p $o/train; S_DIR=results/h100-session22-2026-12-06/scripts
-export WORKBENCH_COMMIT=$(git rev-parse --short HEAD)+ COLUMNS=170
+export WORKBENCH_COMMIT=$(cat $S_DIR/commit8) COLUMNS=170
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "$(( ($(date +%s%N) - s)/1000000 )) ms rc=$rc : $*" >> $o/times.txt; return $rc; }
 W="python3 -m workbench"; F=matmul_forward_residual
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv > $o/gpu.txt 2>&1
