@@ -409,7 +409,7 @@ def test_the_fused_layernorm_backward_takes_over_the_projections_bias_gradients(
         Program(MICRO, 2, 8, fused=("layernorm_backward",))
 
 
-@pytest.mark.parametrize("fused", [(FUSED_LN,), FUSED], ids=["ln", "ln+gelu"])
+@pytest.mark.parametrize("fused", [(FUSED_LN,), FUSED], ids=["ln", "all"])
 def test_the_fused_layernorm_step_equals_the_numpy_gpt2(fused):
     """Through the references, the step with FUSED_LN computes the plain one's: every gradient
     equal to the NumPy GPT-2's, the projections' bias gradients among them."""
@@ -447,6 +447,59 @@ def test_fused_layernorm_two_micro_steps_of_b_equal_one_step_of_2b():
     (pa,), (a,) = one_optimizer_step(2, 8, tokens, targets, params, micro_steps=2, fused=FUSED)
     (pb,), (b,) = one_optimizer_step(4, 8, tokens, targets, params)
     np.testing.assert_allclose(a.host["grads"], b.host["grads"], rtol=1e-12, atol=1e-16)
+
+
+# -- the projections adding into the residual stream themselves (FUSED_RESIDUAL) ----------------------------
+from train.model import FUSED_RESIDUAL  # noqa: E402
+
+
+def test_the_fused_projections_write_the_stream_and_keep_no_output_of_their_own():
+    """With FUSED_RESIDUAL each branch ends in one matmul_forward_residual call that adds the
+    projection into the stream entering the branch, then a plain layernorm_forward of the new
+    stream: no fused_residual_forward, no matmul_forward for attproj or fcproj, and the buffers
+    attproj and fcproj (2 x L x B*T*C elements) are not declared. The backward is unchanged."""
+    B, T, L, C = 2, 8, MICRO.num_layers, MICRO.channels
+    plain, fused = Program(MICRO, B, T), Program(MICRO, B, T, fused=(FUSED_RESIDUAL,))
+    assert len(fused.forward) == len(plain.forward) and fused.backward == plain.backward
+    assert "fused_residual_forward" not in [c.family for c in fused.calls]
+    assert set(plain.buffers) - set(fused.buffers) == {"attproj", "fcproj"}
+    assert sum(plain.memory().values()) - sum(fused.memory().values()) == 2 * L * B * T * C * 4
+    projections = [c for c in fused.forward if c.family == FUSED_RESIDUAL]
+    assert len(projections) == 2 * L
+    for l in range(L):
+        att, fc = projections[2 * l], projections[2 * l + 1]
+        entering = fused.at("encoded") if l == 0 else fused.at("residual3", l - 1)
+        assert (att.args["out"], att.args["residual"], att.args["inp"]) == (fused.at("residual2", l), entering,
+                                                                             fused.at("atty", l))
+        assert (fc.args["out"], fc.args["residual"], fc.args["inp"]) == (fused.at("residual3", l),
+                                                                        fused.at("residual2", l), fused.at("fch_gelu", l))
+        assert att.sizes == {"B": B, "T": T, "C": C, "OC": C} and fc.sizes == {"B": B, "T": T, "C": 4 * C, "OC": C}
+        # the call right after each projection normalizes the stream it wrote
+        after = [fused.forward[fused.forward.index(c) + 1] for c in (att, fc)]
+        assert [c.family for c in after] == ["layernorm_forward"] * 2
+        assert [c.args["inp"] for c in after] == [att.args["out"], fc.args["out"]]
+        assert after[0].args["out"] == fused.at("ln2", l)
+        assert after[1].args["out"] == (fused.at("lnf") if l == L - 1 else fused.at("ln1", l + 1))
+
+
+@pytest.mark.parametrize("recompute", [0, 2])
+def test_the_fused_projections_step_equals_the_numpy_gpt2(recompute):
+    """Through the references, the step with FUSED_RESIDUAL computes the plain one's: the same
+    stream, layernorm outputs and loss, every gradient equal to the NumPy GPT-2's; with
+    --recompute 2 the layernorm outputs are refilled from the stream the projections wrote."""
+    B, T = 2, 8
+    plain, backend, params, tokens, targets = run_step(MICRO, B, T)
+    program = Program(MICRO, B, T, fused=(FUSED_RESIDUAL,), recompute=recompute)
+    fused_backend = ReferenceBackend(program)
+    for name in ("params", "tokens", "targets"):
+        fused_backend.host[name][:] = backend.host[name]
+    backend.run(plain.forward + plain.loss + plain.backward)
+    fused_backend.run(program.forward + program.loss + program.backward)
+    # (under --recompute 2 lnf ends holding layer 0's refilled ln1: RECOMPUTED)
+    for name in ("residual2", "residual3", "losses", "grads") + (("lnf",) if recompute == 0 else ()):
+        np.testing.assert_allclose(fused_backend.host[name], backend.host[name], rtol=1e-12, atol=1e-14, err_msg=name)
+    want = gpt2_forward(params, MICRO, tokens, targets)
+    np.testing.assert_allclose(fused_backend.host["grads"], gpt2_backward(params, MICRO, want["acts"]), rtol=1e-10, atol=1e-12)
 
 
 # -- --recompute: activations refilled in the backward instead of kept per layer ---------------------------

@@ -136,7 +136,8 @@ PRECISIONS = ("fp32", "bf16")
 # refills it for layer l right before layer l's first reader (ProgramPasses._recomputing). 1:
 # fch_gelu, the GELU of the kept pre-GELU fch (gelu_forward again: 4BTC per layer). 2: also the
 # layernorm outputs, by re-running the forward call that wrote them (layernorm_forward for layer
-# 0's ln1, fused_residual_forward for the others; their inputs are kept): the same kernel on the
+# 0's ln1 and after a FUSED_RESIDUAL projection, fused_residual_forward for the others; their
+# inputs are kept): the same kernel on the
 # same inputs writes the same bits, so every setting gives the same step. ln1 lives in lnf, which
 # only the lm head reads (forward: after the last layer's ln1 is consumed; backward: before the
 # layers); ln2 has one buffer of its own.
