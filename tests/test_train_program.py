@@ -349,22 +349,29 @@ def test_the_fused_mlp_makes_fewer_calls_over_the_same_buffers():
         Program(MICRO, 2, 8, fused=("gelu_forward",))
 
 
-@pytest.mark.parametrize("fused", [FUSED_GELU[:1], FUSED_GELU[1:], FUSED_GELU])
-def test_the_fused_mlp_step_equals_the_numpy_gpt2(fused):
-    """Through the references, the fused program computes the unfused one's step: the same
-    activations and loss, every gradient equal to the NumPy GPT-2's."""
-    B, T = 2, 8
+def run_plain_and_fused(fused, B=2, T=8, **kw):
+    """One step (forward, loss, backward) through the references of the plain program and of
+    Program(fused=fused, **kw), on the same parameters and batch: (the plain backend, the fused
+    program, its backend, the NumPy GPT-2's gradients)."""
     plain, backend, params, tokens, targets = run_step(MICRO, B, T)
-    program = Program(MICRO, B, T, fused=fused)
+    program = Program(MICRO, B, T, fused=fused, **kw)
     fused_backend = ReferenceBackend(program)
     for name in ("params", "tokens", "targets"):
         fused_backend.host[name][:] = backend.host[name]
     backend.run(plain.forward + plain.loss + plain.backward)
     fused_backend.run(program.forward + program.loss + program.backward)
+    want = gpt2_forward(params, MICRO, tokens, targets)
+    return backend, program, fused_backend, gpt2_backward(params, MICRO, want["acts"])
+
+
+@pytest.mark.parametrize("fused", [FUSED_GELU[:1], FUSED_GELU[1:], FUSED_GELU])
+def test_the_fused_mlp_step_equals_the_numpy_gpt2(fused):
+    """Through the references, the fused program computes the unfused one's step: the same
+    activations and loss, every gradient equal to the NumPy GPT-2's."""
+    backend, program, fused_backend, numpy_grads = run_plain_and_fused(fused)
     for name in ("fch", "fch_gelu", "residual3", "losses", "dfch", "dln", "grads"):
         np.testing.assert_allclose(fused_backend.host[name], backend.host[name], rtol=1e-12, atol=1e-14, err_msg=name)
-    want = gpt2_forward(params, MICRO, tokens, targets)
-    np.testing.assert_allclose(fused_backend.host["grads"], gpt2_backward(params, MICRO, want["acts"]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fused_backend.host["grads"], numpy_grads, rtol=1e-10, atol=1e-12)
 
 
 def test_fused_two_micro_steps_of_b_equal_one_step_of_2b():
@@ -413,19 +420,11 @@ def test_the_fused_layernorm_backward_takes_over_the_projections_bias_gradients(
 def test_the_fused_layernorm_step_equals_the_numpy_gpt2(fused):
     """Through the references, the step with FUSED_LN computes the plain one's: every gradient
     equal to the NumPy GPT-2's, the projections' bias gradients among them."""
-    B, T = 2, 8
-    plain, backend, params, tokens, targets = run_step(MICRO, B, T)
-    program = Program(MICRO, B, T, fused=fused)
-    fused_backend = ReferenceBackend(program)
-    for name in ("params", "tokens", "targets"):
-        fused_backend.host[name][:] = backend.host[name]
-    backend.run(plain.forward + plain.loss + plain.backward)
-    fused_backend.run(program.forward + program.loss + program.backward)
+    backend, program, fused_backend, numpy_grads = run_plain_and_fused(fused)
     np.testing.assert_allclose(fused_backend.host["grads"], backend.host["grads"], rtol=1e-12, atol=1e-14)
     for name in ("attprojb", "fcprojb"):
         assert np.abs(fused_backend.view(program.grad(name, 0))).max() > 0, name
-    want = gpt2_forward(params, MICRO, tokens, targets)
-    np.testing.assert_allclose(fused_backend.host["grads"], gpt2_backward(params, MICRO, want["acts"]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fused_backend.host["grads"], numpy_grads, rtol=1e-10, atol=1e-12)
 
 
 def test_fused_layernorm_two_ranks_equal_one_rank_of_2b():
@@ -487,19 +486,11 @@ def test_the_fused_projections_step_equals_the_numpy_gpt2(recompute):
     """Through the references, the step with FUSED_RESIDUAL computes the plain one's: the same
     stream, layernorm outputs and loss, every gradient equal to the NumPy GPT-2's; with
     --recompute 2 the layernorm outputs are refilled from the stream the projections wrote."""
-    B, T = 2, 8
-    plain, backend, params, tokens, targets = run_step(MICRO, B, T)
-    program = Program(MICRO, B, T, fused=(FUSED_RESIDUAL,), recompute=recompute)
-    fused_backend = ReferenceBackend(program)
-    for name in ("params", "tokens", "targets"):
-        fused_backend.host[name][:] = backend.host[name]
-    backend.run(plain.forward + plain.loss + plain.backward)
-    fused_backend.run(program.forward + program.loss + program.backward)
+    backend, program, fused_backend, numpy_grads = run_plain_and_fused((FUSED_RESIDUAL,), recompute=recompute)
     # (under --recompute 2 lnf ends holding layer 0's refilled ln1: RECOMPUTED)
     for name in ("residual2", "residual3", "losses", "grads") + (("lnf",) if recompute == 0 else ()):
         np.testing.assert_allclose(fused_backend.host[name], backend.host[name], rtol=1e-12, atol=1e-14, err_msg=name)
-    want = gpt2_forward(params, MICRO, tokens, targets)
-    np.testing.assert_allclose(fused_backend.host["grads"], gpt2_backward(params, MICRO, want["acts"]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fused_backend.host["grads"], numpy_grads, rtol=1e-10, atol=1e-12)
 
 
 # -- --recompute: activations refilled in the backward instead of kept per layer ---------------------------
