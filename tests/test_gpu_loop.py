@@ -39,25 +39,21 @@ class Lines:
         for line in stream:
             self.q.put(line)
 
-    def wait_for(self, text, timeout, count=None):
-        """The next line holding `text`; with `count`, the count-th such line since the start,
-        which may have come already: stdout and stderr are read by two threads, so a line on one
-        (watch's "watching", on stderr) can overtake a line the program wrote before it on the
-        other (the report, on stdout)."""
+    def wait_for(self, text, timeout, count):
+        """The count-th line holding `text` since the start, which may have come already: stdout
+        and stderr are read by two threads, so a line on one (watch's "watching", on stderr) can
+        overtake a line the program wrote before it on the other (the report, on stdout)."""
         deadline = time.monotonic() + timeout
-        if count is not None:
+        while True:
             found = [line for line in self.seen if text in line]
             if len(found) >= count:
                 return found[count - 1]
-        while time.monotonic() < deadline:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"no {text!r} within {timeout} s; output so far:\n{''.join(self.seen)[-4000:]}")
             try:
-                line = self.q.get(timeout=0.2)
+                self.seen.append(self.q.get(timeout=0.2))
             except queue.Empty:
-                continue
-            self.seen.append(line)
-            if text in line and (count is None or sum(text in s for s in self.seen) >= count):
-                return line
-        raise AssertionError(f"no {text!r} within {timeout} s; output so far:\n{''.join(self.seen)[-4000:]}")
+                pass
 
 
 def test_watch_runs_again_on_each_save_and_survives_a_compile_error(tmp_path):

@@ -241,12 +241,12 @@ class ProgramBuffers:
         stats = ("ln1_mean", "ln1_rstd", "ln2_mean", "ln2_rstd", "lse", "lnf_mean", "lnf_rstd", "losses")
         # With FUSED_RESIDUAL the projections add into the stream themselves: their own outputs
         # (attproj, fcproj) are never stored.
-        projections = () if FUSED_RESIDUAL in self.fused else ("attproj", "fcproj")
+        unkept = {"attproj", "fcproj"} if FUSED_RESIDUAL in self.fused else set()
         for name, elems in (("ln1", BTC), ("ln1_mean", BT), ("ln1_rstd", BT), ("qkv", 3 * BTC),
                             ("atty", BTC), ("lse", B * NH * T), ("attproj", BTC), ("residual2", BTC),
                             ("ln2", BTC), ("ln2_mean", BT), ("ln2_rstd", BT), ("fch", 4 * BTC),
                             ("fch_gelu", 4 * BTC), ("fcproj", BTC), ("residual3", BTC)):
-            if name in ("attproj", "fcproj") and name not in projections:
+            if name in unkept:
                 continue
             self._buf(name, elems, "f32" if name in stats else act, per_layer=True)
         for name, elems in (("lnf", BTC), ("lnf_mean", BT), ("lnf_rstd", BT), ("logits", BT * Vp),
