@@ -493,6 +493,72 @@ def test_the_fused_projections_step_equals_the_numpy_gpt2(recompute):
     np.testing.assert_allclose(fused_backend.host["grads"], numpy_grads, rtol=1e-10, atol=1e-12)
 
 
+# -- qkv's bias gradient from attention's invariances (FUSED_QKV_BIAS) ------------------------------------
+from train.model import FUSED_QKV_BIAS, Call  # noqa: E402
+
+
+def test_the_qkv_bias_call_reads_the_query_third_and_attprojs_bias_gradient_of_its_layer():
+    """With FUSED_QKV_BIAS each layer's qkv matmul_backward_bias is replaced, right after qkv's
+    matmul_backward, by one qkv_bias_backward call bound to that layer's qkv bias gradient, dqkv,
+    attproj's bias gradient and attproj's weight; nothing else changes. ReLU attention refuses it."""
+    B, T, L, C = 2, 8, MICRO.num_layers, MICRO.channels
+    plain, fused = Program(MICRO, B, T), Program(MICRO, B, T, fused=(FUSED_QKV_BIAS,))
+    assert fused.forward == plain.forward and fused.buffers == plain.buffers
+    assert len(fused.backward) == len(plain.backward)
+    backward = [c for c in fused.backward if isinstance(c, Call)]
+    calls = [c for c in backward if c.family == FUSED_QKV_BIAS]
+    assert [c.label for c in calls] == [f"layer {l} qkv bias" for l in reversed(range(L))]
+    for l, call in zip(reversed(range(L)), calls):
+        assert call.sizes == {"B": B, "T": T, "C": C}
+        assert call.args == {"dbias": fused.grad("qkvb", l), "dqkv": fused.at("dqkv"),
+                             "dproj_bias": fused.grad("attprojb", l), "proj_weight": fused.param("attprojw", l)}
+        before = fused.backward[fused.backward.index(call) - 1]
+        assert (before.family, before.label) == ("matmul_backward", f"layer {l} qkv")
+    writers = [c.family for c in backward for ref in c.args.values() if ref == fused.grad("qkvb", 0)]
+    assert writers == [FUSED_QKV_BIAS]
+    assert all(c.args["dout"] != fused.at("dqkv") for c in backward if c.family == "matmul_backward_bias")
+    with pytest.raises(ValueError, match="softmax attention only"):
+        Program(MICRO, B, T, "relu", fused=(FUSED_QKV_BIAS,))
+
+
+@pytest.mark.parametrize("fused", [(FUSED_QKV_BIAS,), FUSED], ids=["qkv_bias", "all"])
+def test_the_qkv_bias_step_equals_the_numpy_gpt2(fused):
+    """Through the references the step with FUSED_QKV_BIAS has the plain step's gradients: the key
+    bias's is exactly zero (the NumPy GPT-2's is rounding noise), the value bias's attproj's bias
+    gradient times its weight, the query bias's the same column sums."""
+    backend, program, fused_backend, numpy_grads = run_plain_and_fused(fused)
+    C = MICRO.channels
+    for l in range(MICRO.num_layers):
+        got = fused_backend.view(program.grad("qkvb", l))
+        assert np.abs(got[:C]).max() > 0 and np.abs(got[2 * C:]).max() > 0
+        np.testing.assert_array_equal(got[C:2 * C], 0.0)
+    np.testing.assert_allclose(fused_backend.host["grads"], backend.host["grads"], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(fused_backend.host["grads"], numpy_grads, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("world, micro_steps", [(2, 1), (1, 2), (2, 2)])
+def test_the_qkv_bias_gradient_is_set_from_the_accumulated_and_unreduced_attproj_bias(world, micro_steps):
+    """The value third is set (not added) from attproj's bias gradient as accumulated so far, so
+    two micro-steps of B give one step of 2B; on many ranks the bucket holding attproj's bias
+    gradient is reduced only after the qkv bias call has read it (else the value third would be
+    the ranks' sum, reduced a second time): the reduced gradients equal one rank's at world x B."""
+    params = fresh_init(MICRO, 0) + np.random.default_rng(1).normal(0, 0.05, layout(MICRO).total)
+    n = world * micro_steps
+    tokens, targets = batch(2 * n)
+    programs, backends = one_optimizer_step(2, 8, tokens, targets, params, world=world, micro_steps=micro_steps,
+                                            fused=(FUSED_QKV_BIAS,), bucket_elems=1)  # a Reduce after every call that completes a region
+    (single,), (one,) = one_optimizer_step(2 * n, 8, tokens, targets, params)
+    for b in backends:
+        np.testing.assert_allclose(b.host["grads"], one.host["grads"], rtol=1e-10, atol=1e-14)
+    if world > 1:
+        steps = programs[0].reduced_backward
+        for l in range(MICRO.num_layers):
+            (call,) = [i for i, c in enumerate(steps) if isinstance(c, Call) and c.label == f"layer {l} qkv bias"]
+            (reduce,) = [i for i, c in enumerate(steps) if isinstance(c, Reduce)
+                         and any(r.overlaps(programs[0].grad("attprojb", l)) for r, _ in c.pieces)]
+            assert reduce > call
+
+
 # -- --recompute: activations refilled in the backward instead of kept per layer ---------------------------
 from train.backends import GiB, HEADROOM, check_fits  # noqa: E402
 from train.errors import TrainError  # noqa: E402

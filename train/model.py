@@ -404,8 +404,13 @@ class ProgramPasses:
         if self.attention != "relu":  # the softmax kinds keep the log-sum-exp for the backward
             att_args.update(out=at("atty", l), lse=at("lse", l))
         b.append(Call(att_bwd, {**self._bt, "NH": NH, "HS": C // NH}, att_args, self._tf32, f"layer {l} attention"))
-        b += mm_back(at("dln"), grad("qkvw", l), grad("qkvb", l), at("dqkv"), at("ln1", l), param("qkvw", l), C, 3 * C,
-                     f"layer {l} qkv")
+        fused_bias = FUSED_QKV_BIAS in self.fused  # the query third summed, the value third through attproj
+        b += mm_back(at("dln"), grad("qkvw", l), None if fused_bias else grad("qkvb", l), at("dqkv"), at("ln1", l),
+                     param("qkvw", l), C, 3 * C, f"layer {l} qkv")
+        if fused_bias:
+            b.append(Call(FUSED_QKV_BIAS, {**self._bt, "C": C},
+                          {"dbias": grad("qkvb", l), "dqkv": at("dqkv"), "dproj_bias": grad("attprojb", l),
+                           "proj_weight": param("attprojw", l)}, label=f"layer {l} qkv bias"))
         b.append(ln_back(grad("ln1w", l), grad("ln1b", l), self._residual_of(l), param("ln1w", l), at("ln1_mean", l),
                          at("ln1_rstd", l), f"layer {l} ln1", proj_bias=grad("fcprojb", l - 1) if l else None))
         # now dresidual holds d(residual entering layer l)
@@ -446,7 +451,11 @@ FUSED_LN = "layernorm_backward_proj_bias"
 # The projections' GEMMs adding into the residual stream themselves (their output never stored),
 # each followed by a plain layernorm_forward in place of fused_residual_forward.
 FUSED_RESIDUAL = "matmul_forward_residual"
-FUSED = FUSED_GELU + (FUSED_LN, FUSED_RESIDUAL)
+# qkv's bias gradient from softmax attention's invariances (kernels/qkv_bias_backward/family.toml):
+# the key third is zero, the value third is attproj's bias gradient times its weight, so only the
+# query third of dqkv is summed. Not with ReLU attention, whose rows do not sum to one.
+FUSED_QKV_BIAS = "qkv_bias_backward"
+FUSED = FUSED_GELU + (FUSED_LN, FUSED_RESIDUAL, FUSED_QKV_BIAS)
 
 
 class ProgramMLP:
@@ -610,6 +619,8 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
         unknown = sorted(set(fused) - set(FUSED))
         if unknown:
             raise ValueError(f"fused may name {', '.join(FUSED)}, not {', '.join(unknown)}")
+        if FUSED_QKV_BIAS in fused and attention == "relu":
+            raise ValueError(f"{FUSED_QKV_BIAS} holds for softmax attention only, not --attention relu")
         if recompute not in RECOMPUTED:
             raise ValueError(f"recompute must be one of {', '.join(map(str, RECOMPUTED))}")
         self.precision, self.fused = precision, tuple(fused)
