@@ -8,7 +8,7 @@ import pytest
 from train.backends import KERNELS_DIR, PromotedSet
 from train.config import preset
 from train.errors import TrainError
-from train.model import Program, promotion_sizes
+from train.model import FUSED, Program, promotion_sizes
 from workbench.family import Project
 from workbench.promote import ranked, read_manifest, sha256
 from workbench.results import load
@@ -32,6 +32,15 @@ def test_the_shipped_set_covers_every_family_the_trainer_calls():
         assert e["sha256"] == sha256(KERNELS_DIR / e["file"]) and e["gpu"] and e["median_us"] > 0
         v = promoted.version(family)
         assert not any(v.unmet(s) for s in promotion_sizes(family, v.family.sizes)), f"{family}: preconditions exclude the trainer"
+
+
+@pytest.mark.parametrize("family", FUSED)
+def test_every_fused_family_has_the_trainers_sizes_to_be_promoted_at(family):
+    """promote re-checks a fused family at the sizes the trainer calls it at, over both attention
+    kinds (qkv_bias_backward only has the softmax kinds': the Program refuses it with relu)."""
+    sizes = Project(ROOT).family(family).sizes
+    got = promotion_sizes(family, sizes)
+    assert got and all(set(s) == set(sizes) for s in got)
 
 
 def test_a_hand_edited_frozen_copy_is_refused(kernels):

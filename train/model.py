@@ -692,8 +692,9 @@ def promotion_sizes(family_name: str, family_sizes: tuple[str, ...]) -> list[dic
     from .config import preset
     out: list[dict[str, int]] = []
     for kind in ("softmax", "relu"):  # the two sets of attention families (flash and cudnn: softmax's)
+        fused = tuple(f for f in FUSED if kind != "relu" or f != FUSED_QKV_BIAS) if family_name in FUSED else ()
         program = Program(preset(PROMOTION_SHAPES["config"]), PROMOTION_SHAPES["B"], PROMOTION_SHAPES["T"], kind,
-                          fused=FUSED if family_name in FUSED else ())
+                          fused=fused)
         for sizes in program.family_sizes().get(family_name, []):
             own = {k: v for k, v in sizes.items() if k in family_sizes}
             if own not in out:
