@@ -186,3 +186,46 @@ def test_recompute_gives_bit_identical_steps_in_fewer_bytes(world, precision):
         for key in ("losses", "grads", "params"):
             assert np.array_equal(runs[r][key], runs[0][key]), f"--recompute {r}: {key} differ"
     assert runs[0]["bytes"] > runs[1]["bytes"] > runs[2]["bytes"]
+
+
+@pytest.mark.parametrize("attention", ["cudnn", "flash"])
+def test_the_qkv_bias_gradient_through_attproj_matches_the_column_sums_of_dqkv_in_bf16(world, attention):
+    """The bf16 step with qkv_bias_backward (FUSED_QKV_BIAS: the query third of dqkv summed, the key
+    third zero, the value third attproj's bias gradient times its weight) against the same step with
+    matmul_backward_bias summing all of dqkv, on the GPU's own attention backward: every layer's query
+    third and value third within bf16's rounding, the key third exactly zero where the sums are
+    rounding noise, and every other gradient the same within the atomics' last bits."""
+    from train.model import FUSED, FUSED_QKV_BIAS, Program
+    from train.backends import KernelBackend, PromotedSet
+    promoted = PromotedSet()
+    if not promoted.serves(FUSED_QKV_BIAS, "bf16"):
+        pytest.skip("no bf16 version of qkv_bias_backward is promoted")
+    config, stream, (x, y) = world["config"], world["stream"], world["batches"][0]
+    C, grads = config.channels, {}
+    for name in ("sums", "fused"):
+        fused = tuple(f for f in FUSED if promoted.serves(f, "bf16") and (name == "fused" or f != FUSED_QKV_BIAS))
+        program = Program(config, B, T, attention, precision="bf16", fused=fused)
+        backend = KernelBackend(program, promoted)
+        backend.upload("params", world["params"].astype(np.float32))
+        backend.upload("params_bf16", world["params"].astype(np.float32))
+        feed(backend, x, y, 0)
+        backend.run(program.zero_grads + program.forward + program.loss + program.backward, stream)
+        stream.synchronize()
+        grads[name] = backend.download("grads").astype(np.float64)
+        del backend
+    sums, fused = grads["sums"], grads["fused"]
+    rest = np.ones(sums.size, dtype=bool)
+    for l in range(config.num_layers):
+        s = program.grad("qkvb", l)
+        a, b = sums[s.offset:s.offset + s.elems], fused[s.offset:s.offset + s.elems]
+        rest[s.offset:s.offset + s.elems] = False
+        q, v = np.abs(a[:C]).max(), np.abs(a[2 * C:]).max()
+        if l in (0, config.num_layers - 1):
+            print(f"\nlayer {l}: |query| {q:.3g} err {np.abs(b[:C] - a[:C]).max():.3g}; key sums |max| "
+                  f"{np.abs(a[C:2 * C]).max():.3g}, fused 0; |value| {v:.3g} err {np.abs(b[2 * C:] - a[2 * C:]).max():.3g}")
+        assert q > 0 and v > 0
+        assert np.abs(b[:C] - a[:C]).max() <= 1e-2 * q, l
+        np.testing.assert_array_equal(b[C:2 * C], 0.0)
+        assert np.abs(a[C:2 * C]).max() <= 0.1 * q, l  # the unfused key sums are noise beside the query's
+        assert np.abs(b[2 * C:] - a[2 * C:]).max() <= 2e-2 * v, l
+    assert np.abs(fused[rest] - sums[rest]).max() <= 1e-2 * np.abs(sums[rest]).max()

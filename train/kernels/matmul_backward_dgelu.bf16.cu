@@ -1,4 +1,68 @@
 /*
+title = "bf16: version 10 with the slices' column sums added by 8 warps a 32-column stripe (a 96-block grid, not 12)"
+builds_on = 10
+precision = "bf16"
+changed = """
+Only the launch after the GEMM changes. Version 10 adds the partials (one row of C fp32 sums a
+128-row block of the GEMM) with version 5's slice add: one thread a column, each walking all
+SLICES rows. Here a (32, 8) block takes 32 columns, each of its eight warps every eighth row of
+partials, and the eight parts meet in a fixed order (kernels/common/column_parts.cuh): the same
+bits every run, in another order than version 10's.
+"""
+why = """
+At B = 32 the partials are 256 rows of 3072 columns (3.1 MB), and version 5's add runs 12 blocks
+of 256 threads: a dozen SMs, each thread 256 dependent-address loads in a row. In the B = 32
+step's profile (results/h100-session22-2026-12-06/call4) that kernel takes 12 us a layer for
+3.1 MB, ~0.26 TB/s. With 8 warps a stripe, 96 blocks reach most SMs and each thread has 32 loads:
+the read should take a few microseconds, ~0.1 ms a step over 12 layers.
+"""
+preconditions = ["C % 8 == 0", "OC % 8 == 0"]
+arch = "sm_90a"  # TMA, wgmma and setmaxnreg: a Hopper
+
+[derived]
+SLICES = "cdiv(N, 128)"  # a row of partials a 128-row block
+
+[scratch]
+partial = "SLICES * C"
+weight_t = { size = "C * OC", dtype = "bf16" }
+
+[[launch]]
+kernel = "transpose_weight8"
+grid = ["cdiv(C, 32)", "cdiv(OC, 32)"]
+block = [32, 8]
+args = ["weight_t", "weight", "OC", "C"]
+
+[[launch]]
+kernel = "matmul_backward_dgelu10"
+grid = "min(cdiv(N, 128) * cdiv(C, 128), SMS)"
+block = 384
+shared = "1024 + 4 * (128 + 128) * 128 + 1024 + 2 * 128 * 128 * 2 + 2 * 4 * 128 * 4"
+args = ["tma:dout, N, OC, 128, 64", "tma:weight_t, C, OC, 128, 64", "tma:dpre, N, C, 128, 64", "tma:pre, N, C, 128, 64",
+        "partial", "N", "C", "OC"]
+
+[[launch]]
+kernel = "dgelu_bias_add11"
+grid = "cdiv(C, 32)"
+block = [32, 8]
+shared = "8 * 32 * 4"
+args = ["dpre_bias", "partial", "C", "SLICES"]
+
+[[launch]]
+library = "gemm_lt"
+a = "dout"
+b = "inp"
+d = "dweight"
+m = "OC"
+n = "C"
+k = "N"
+trans_a = true
+beta = 1.0
+dtype = "bf16"
+tune = 8
+*/
+// The transpose and the GEMM with its dgelu epilogue: version 10's kernels.
+// ---- begin 10_pingpong_dgelu_batched_loads.cu ----
+/*
 title = "bf16: version 9 with the epilogue's shared-memory loads in batches (the loads of 32 words, then their arithmetic, then their stores)"
 builds_on = 9
 precision = "bf16"
@@ -16,6 +80,14 @@ store: per row block, a chain of 32 dependent round trips (the shared-memory loa
 then the pack). Only one warp a scheduler does the epilogue (the other warpgroup's warp is at its
 products), so nothing hides that chain. Loading the 32 words first leaves one round trip a row
 block. The registers are there: ptxas reports no spills at 32 (168 registers, as version 9).
+The SASS confirms both orders (results/h200-session18-2026-12-02/callA/sass-excerpt.txt).
+Measured on an H200 (session 18, call A), the family alone: 268.7 us at B = 16 against version 8's
+289.2, 507.8 at B = 32 against 553.3 (session 17 measured 9 at 273.0 / 516.0 beside 8's 296.5 /
+580.4): the batches add little to 9's hardware tanh. In the step under the profiler (call C, B =
+32) the kernel takes 298.5 us a layer, against 338 for version 8 (session 17, call 3). Promoted
+with matmul_forward_gelu 14. The trainer's bf16 step (call A): 27.85 ms at B = 16 and 54.28 at
+B = 32 with 10 alone, 27.97 / 54.61 with 8, PyTorch 37.16 / 69.32. The step's GPU tests pass
+(call B), and racecheck finds 0 hazards in its three kernels without the library step (call B).
 """
 preconditions = ["C % 8 == 0", "OC % 8 == 0"]
 arch = "sm_90a"  # TMA, wgmma and setmaxnreg: a Hopper
@@ -318,11 +390,11 @@ extern "C" __global__ void dgelu_bias_add5(bf16* dpre_bias, const float* partial
 // ---- begin gemm_tma.cuh ----
 // gemm_tma.cuh: a whole Hopper GEMM kernel body (sm_90a), D = A B^T + bias, optionally with the
 // GELU: gemm_wgmma.cuh's main loop, then an epilogue whose stores the copy engine makes.
-// matmul_forward 9 (the bias) and matmul_forward_gelu 10 and 11 (pre and gelu(pre)) are built on
-// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12 on gemm_tma_pingpong, and
-// matmul_backward_dgelu 8 on gemm_tma_dgelu (its epilogue the GELU's backward; below).
+// matmul_forward 9 (the bias) and matmul_forward_gelu 10, 11 and 15 (pre and gelu(pre)) are built on
+// gemm_tma; matmul_forward 10 and matmul_forward_gelu 12-14 and 16 on gemm_tma_pingpong, and
+// matmul_backward_dgelu 8-10 on gemm_tma_dgelu (its epilogue the GELU's backward; below).
 //
-// gemm_tma<BN, STAGES, BUFFERS, GELU>(map_a, map_b, map_out, map_pre, bias, M, N, K):
+// gemm_tma<BN, STAGES, BUFFERS, GELU, GIVE_REGS>(map_a, map_b, map_out, map_pre, bias, M, N, K):
 //   pre = A B^T + bias (M x N, row-major; A M x K, B N x K, both row-major bf16), written through
 //   map_pre; with GELU also out = gelu(pre) through map_out (computed from the fp32 sum, not from
 //   pre's rounding). map_a's box is 128 x 64, map_b's BN x 64, map_out's and map_pre's 64 x 64.
@@ -336,6 +408,9 @@ extern "C" __global__ void dgelu_bias_add5(bf16* dpre_bias, const float* partial
 // same staging area once the engine has read pre's boxes (BUFFERS = 1), or in a second one
 // (BUFFERS = 2). Before the next tile's writes, the issuing thread waits until the engine has read
 // the last boxes; before the block ends, until every store is performed.
+//
+// GIVE_REGS: the producer warpgroup gives registers back (setmaxnreg: 40 for it, 232 for each
+// consumer), for tiles whose accumulators and gelu(pre) words outgrow 168 (BN = 256).
 //
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 (the ring) + 1024 (its barriers, padded
 // so the staging stays 1024-aligned) + 2 * BUFFERS * BN * 128 (the staging of two warpgroups).
@@ -419,7 +494,7 @@ __device__ __forceinline__ float gelu_grad_tanh(float x) {
 // TMA copies into a ring of shared-memory stages, wgmma with 64 x BN x 16 instructions, one
 // producer warp and two consumer warpgroups; optionally two blocks a cluster sharing B's tiles,
 // tiles in groups of row blocks, or each warpgroup on whole tiles of its own (ping-pong).
-// matmul_forward_gelu 7-12 and matmul_forward 9-10 are built on it (10-12 and 9-10 through
+// matmul_forward_gelu 7-16 and matmul_forward 9-10 are built on it (10-16 and 9-10 through
 // gemm_tma.cuh, which also holds the TMA stores' side: tma_store_2d, bulk_commit, bulk_wait*).
 //
 // D (M x N, row-major) = A (M x K, row-major) B^T, B given as N x K row-major (a Linear layer's
@@ -441,8 +516,9 @@ __device__ __forceinline__ float gelu_grad_tanh(float x) {
 //   one arrival per consumer warp) once the next k-step's group is issued and this one has
 //   completed (wgmma_wait<1>), so the tensor cores always have a group queued.
 // * GemmRing<BN, STAGES, CLUSTER, GROUP, PINGPONG>: GROUP > 1 orders the tiles in groups of GROUP
-//   row blocks, each group column block by column block (origin), so that a B larger than L2 (the
-//   lm head's 77 MB weight) is read from memory once a group, not once a row block. PINGPONG gives
+//   slot rows (row blocks; with CLUSTER = 2, pairs of them), each group column block by column
+//   block (origin), so that a B larger than L2 (the lm head's 77 MB weight) is read from memory
+//   once a group, not once a row block. PINGPONG gives
 //   each consumer warpgroup whole tiles (consume_tile: two 64-row halves), the block's tiles in
 //   turn, so one's epilogue runs under the other's products; the two take turns at the ring
 //   (consume_tile says why they must) and a stage is released by one warpgroup's 4 warps.
@@ -791,6 +867,14 @@ struct alignas(64) TmaMap {
     unsigned long long opaque[16];
 };
 
+// A kernel of pairs (CLUSTER = 2, below) is declared with GEMM_PAIRS: two blocks a cluster on a
+// Hopper; elsewhere nothing (its body is a trap there).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMM_PAIRS __cluster_dims__(2, 1, 1)
+#else
+#define GEMM_PAIRS
+#endif
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void tensormap_acquire(const TmaMap* map) {
     asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(map))
@@ -897,7 +981,9 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 // barrier of its own block and of the other (16 arrivals a phase), and the producers wait on it
 // with cluster scope. The blocks meet at a cluster barrier after initialising their barriers
 // (before either can signal the other's) and again at the end (before either leaves while the
-// other may still write to it).
+// other may still write to it). With PINGPONG too, both blocks hand the same slot to the same
+// warpgroup, so the two blocks' warpgroups release each stage in the same order (4 warps of each
+// block: 8 arrivals a phase).
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -909,11 +995,18 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const TmaMap
         ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(blocks)
         : "memory");
 }
-// One arrival on the barrier at the same shared address in the cluster's block `rank`.
+// One arrival on the barrier at the same shared address in the cluster's block `rank`. Its
+// release is at the block's scope (the default), as CUTLASS's cluster barriers arrive: what it
+// orders is the consumer's wgmma reads of the stage, already complete (wgmma_wait), before the
+// other block's producer refills it. A .release.cluster arrive first makes every earlier write
+// of the thread visible cluster-wide (a MEMBAR): in the ping-pong pairs (matmul_forward_gelu 16)
+// that stall was a fifth of all the warps' stalls under Nsight Compute and the kernel ran 1.7x
+// as long as without pairs; at the block's scope, 1.02x (results/h100-session20-2026-12-06,
+// calls 1-3).
 __device__ __forceinline__ void mbar_arrive_in(uint32_t bar, uint32_t rank) {
     uint32_t remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
     asm volatile(
@@ -938,7 +1031,6 @@ struct GemmRing {
     static constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
     static_assert(STAGE % 1024 == 0 && (B_BYTES / CLUSTER) % 1024 == 0, "stages (and B's halves) stay 1024-aligned");
     static_assert(CLUSTER == 1 || CLUSTER == 2, "one block, or a pair");
-    static_assert(CLUSTER == 1 || (GROUP == 1 && !PINGPONG), "pairs take row-major tiles, both warpgroups each");
     static constexpr int ARRIVALS = PINGPONG ? 4 : 8;  // consumer warps that release a stage (of a block)
     uint32_t base;  // the first stage's shared address
     __device__ __forceinline__ uint32_t a(int s) const { return base + s * STAGE; }
@@ -961,10 +1053,10 @@ struct GemmRing {
         if constexpr (GROUP == 1) {
             row0 = (p / tiles_n * CLUSTER + rank()) * BM;
             col0 = p % tiles_n * BN;
-        } else {  // groups of GROUP row blocks, each taken column block by column block
-            const int tiles_m = (M + BM - 1) / BM, in_group = GROUP * tiles_n, top = p / in_group * GROUP;
-            const int rows = min(GROUP, tiles_m - top), r = p % in_group;
-            row0 = (top + r % rows) * BM;
+        } else {  // groups of GROUP slot rows (row blocks, or pairs of them), each column block by column block
+            const int slots_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER, in_group = GROUP * tiles_n;
+            const int top = p / in_group * GROUP, rows = min(GROUP, slots_m - top), r = p % in_group;
+            row0 = ((top + r % rows) * CLUSTER + rank()) * BM;
             col0 = r / rows * BN;
         }
     }
@@ -1110,6 +1202,19 @@ __device__ __forceinline__ void store_boxes(const TmaMap* map, uint32_t area, in
 
 __device__ __forceinline__ void warpgroup_sync(int w) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory"); }
 
+// Column pair j's bias (bx, by) added to its accumulators in both rows (in place), the sums staged as bf16.
+template <int BN, int ROWS>
+__device__ __forceinline__ void stage_pair_with_bias(float (&d)[BN / 2], int j, float bx, float by, uint32_t area,
+                                                     int half, int q, int g, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        d[4 * j + 2 * h] += bx;
+        d[4 * j + 2 * h + 1] += by;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
+                     "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
+    }
+}
+
 // The bias added to one row block's accumulators (in place) and the sums staged as bf16.
 template <int BN, int ROWS>
 __device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* bias, uint32_t area, int col0, int N,
@@ -1119,13 +1224,7 @@ __device__ __forceinline__ void stage_with_bias(float (&d)[BN / 2], const bf16* 
         const int c = col0 + 8 * j + 2 * t;
         const float2 b = c < N ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + c))
                                : make_float2(0.0f, 0.0f);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            d[4 * j + 2 * h] += b.x;
-            d[4 * j + 2 * h + 1] += b.y;
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
-                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
-        }
+        stage_pair_with_bias<BN, ROWS>(d, j, b.x, b.y, area, half, q, g, t);
     }
 }
 
@@ -1145,16 +1244,9 @@ template <int BN, int ROWS>
 __device__ __forceinline__ void stage_with_bias_pairs(float (&d)[BN / 2], const uint32_t (&b)[BN / 8], uint32_t area,
                                                       int half, int q, int g, int t) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const float bx = __uint_as_float(b[j] << 16), by = __uint_as_float(b[j] & 0xffff0000u);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            d[4 * j + 2 * h] += bx;
-            d[4 * j + 2 * h + 1] += by;
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(staged_at<ROWS>(area, j, h, q, g, t, half)),
-                         "r"(pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1])) : "memory");
-        }
-    }
+    for (int j = 0; j < BN / 8; j++)
+        stage_pair_with_bias<BN, ROWS>(d, j, __uint_as_float(b[j] << 16), __uint_as_float(b[j] & 0xffff0000u), area,
+                                       half, q, g, t);
 }
 
 // One row block's packed pairs (word 2 j + h: the pair (d[4 j + 2 h], d[4 j + 2 h + 1])) staged.
@@ -1169,7 +1261,7 @@ __device__ __forceinline__ void stage_words(const uint32_t (&words)[BN / 4], uin
                          "r"(words[2 * j + h]) : "memory");
 }
 
-template <int BN, int STAGES, int BUFFERS, bool GELU>
+template <int BN, int STAGES, int BUFFERS, bool GELU, bool GIVE_REGS = false>
 __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                          const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
     static_assert(BN % 64 == 0, "whole 64-column boxes");
@@ -1178,8 +1270,10 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
     GemmRing<BN, STAGES, 1> ring;
     ring.init(smem_addr(smem4));
     if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
+        if constexpr (GIVE_REGS) setmaxnreg_dec<40>();
         if (threadIdx.x == 0) ring.produce(map_a, map_b, M, N, K);
     } else {
+        if constexpr (GIVE_REGS) setmaxnreg_inc<232>();
         const int w = threadIdx.x / 128 - 1, lane = threadIdx.x % 128, q = lane / 32, g = lane % 32 / 4, t = lane % 4;
         const bool issuer = lane == 0;  // this warpgroup's stores go through its first thread
         const uint32_t staging = (ring.end() + 1023) & ~1023u;
@@ -1222,21 +1316,25 @@ __device__ __forceinline__ void gemm_tma(const TmaMap* map_a, const TmaMap* map_
     ring.finish();
 }
 
-// gemm_tma_pingpong<BN, STAGES, GROUP, GELU>: gemm_tma's product and outputs, each consumer
+// gemm_tma_pingpong<BN, STAGES, GROUP, GELU, EARLY_BIAS>: gemm_tma's product and outputs, each consumer
 // warpgroup taking whole 128 x BN tiles, the block's tiles in turn (GemmRing's PINGPONG): while one
 // warpgroup runs its epilogue the other's products keep the tensor cores busy, since the ring,
 // filled in the block's tile order, hands a warpgroup its next tile's stages only as the other
 // finishes with its own. A warpgroup holds 2 x BN / 2 accumulators (and, with GELU, BN / 2 packed
 // words of gelu(pre)): more than 384 threads may have, so the producer warpgroup gives registers
 // back (setmaxnreg: 40 for it, 232 for each consumer). Tiles go in groups of GROUP row blocks
-// (GemmRing::origin). Maps of pre and out: box 128 x 64.
+// (GemmRing::origin). Maps of pre and out: box 128 x 64. EARLY_BIAS: each thread loads its
+// columns' bias into registers before a tile's products (load_bias_pairs), not between the
+// epilogue's staging stores. CLUSTER = 2: the kernel runs in clusters of two blocks
+// (__cluster_dims__(2, 1, 1), an even grid) that take vertically adjacent tiles and share B's
+// tiles by multicast (gemm_wgmma.cuh; map_b's box is then BN / 2 rows), GROUP counting pairs.
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2.
-template <int BN, int STAGES, int GROUP, bool GELU, bool EARLY_BIAS = false>
+template <int BN, int STAGES, int GROUP, bool GELU, bool EARLY_BIAS = false, int CLUSTER = 1>
 __device__ __forceinline__ void gemm_tma_pingpong(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
                                                   const TmaMap* map_pre, const bf16* bias, int M, int N, int K) {
     static_assert(BN % 64 == 0, "whole 64-column boxes");
     extern __shared__ float4 smem4[];
-    GemmRing<BN, STAGES, 1, GROUP, true> ring;
+    GemmRing<BN, STAGES, CLUSTER, GROUP, true> ring;
     ring.init(smem_addr(smem4));
     if (threadIdx.x < 128) {  // warpgroup 0: the producer, one thread of it
         setmaxnreg_dec<40>();
@@ -1333,7 +1431,7 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
     }
 }
 
-// gemm_tma_dgelu<BN, STAGES, GROUP, TANH>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
+// gemm_tma_dgelu<BN, STAGES, GROUP, TANH, W>(map_a, map_b, map_out, map_pre, partial, M, N, K): the GELU's
 // backward on gemm_tma_pingpong's product. With D = A B^T (M x N): out = gelu'(pre) * D, rounded to
 // bf16 (map_out), and partial[r * N + c] = the sum of out's rows 128 r .. 128 r + 127 in column c
 // (fp32; one row of partials a row block, for the caller's column add).
@@ -1344,7 +1442,9 @@ __device__ __forceinline__ void dgelu_in_place(const float (&d)[BN / 2], uint32_
 // each word is one thread's), the copy engine stores the boxes, and the column sums meet across the
 // warp (shuffles over g) and the warpgroup's four warps (shared memory, in warp order): the same
 // bits every run. TANH: gelu' through the hardware tanh (gelu.cuh's gelu_grad_tanh) instead of
-// gelu_grad's exponential and reciprocal.
+// gelu_grad's exponential and reciprocal. W: the pre words dgelu_in_place loads before it
+// computes and stores any of them (1: one word at a time). (In pairs of blocks, as
+// gemm_tma_pingpong's CLUSTER = 2, it was no faster: results/h100-session20-2026-12-06/variants.)
 // Dynamic shared memory: 1024 + STAGES * (128 + BN) * 128 + 1024 + 2 * 128 * BN * 2 + 2 * 4 * BN * 4.
 template <int BN, int STAGES, int GROUP, bool TANH = false, int W = 1>
 __device__ __forceinline__ void gemm_tma_dgelu(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_out,
@@ -1470,4 +1570,48 @@ matmul_backward_dgelu10(const TmaMap* map_dout, const TmaMap* map_weight_t, cons
 #else
     __trap();  // TMA, wgmma and setmaxnreg need sm_90a (a Hopper GPU): see the header
 #endif
+}
+
+// ---- end 10_pingpong_dgelu_batched_loads.cu ----
+// ---- begin column_parts.cuh ----
+// column_parts.cuh: a block's 32 columns, each summed in eight parts, the parts added in a fixed order.
+//
+// add_eight_parts(mine, parts)
+//   For a (32, 8) block: lane threadIdx.x owns column threadIdx.x of the block's 32, and
+//   threadIdx.y says which eighth of the column's terms the thread has summed into `mine`
+//   (e.g. rows threadIdx.y, threadIdx.y + 8, ... of a matrix of partial sums). Returns the
+//   column's total, the eight parts added in order of threadIdx.y (the same bits every run), to
+//   the threads with threadIdx.y == 0 (0 to the others). parts: 8 * 32 floats of shared memory.
+//   Every thread of the block must call it (it holds a __syncthreads).
+//   Used by matmul_backward_dgelu 11 (its slices' column sums) and qkv_bias_backward 2.
+
+#ifndef KERNELS_COMMON_COLUMN_PARTS_CUH
+#define KERNELS_COMMON_COLUMN_PARTS_CUH
+
+__device__ __forceinline__ float add_eight_parts(float mine, float* parts) {
+    parts[threadIdx.y * 32 + threadIdx.x] = mine;
+    __syncthreads();
+    float total = 0.0f;
+    if (threadIdx.y == 0) {
+#pragma unroll
+        for (int p = 0; p < 8; p++) total += parts[p * 32 + threadIdx.x];
+    }
+    return total;
+}
+
+#endif  // KERNELS_COMMON_COLUMN_PARTS_CUH
+
+// ---- end column_parts.cuh ----  // add_eight_parts
+
+// dpre_bias[c] += the slices' sums of column c: lane threadIdx.x's column, threadIdx.y's eighth
+// of the slices, the eighths added in order; rounded to bf16 once.
+extern "C" __global__ void dgelu_bias_add11(bf16* dpre_bias, const float* partial, int C, int slices) {
+    extern __shared__ float parts[];  // [8][32]
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float sum = 0.0f;
+    if (c < C) {
+        for (int k = threadIdx.y; k < slices; k += 8) sum += partial[(size_t)k * C + c];
+    }
+    const float total = add_eight_parts(sum, parts);
+    if (threadIdx.y == 0 && c < C) dpre_bias[c] = to_bf16(to_float(dpre_bias[c]) + total);
 }
