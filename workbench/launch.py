@@ -156,8 +156,6 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
             launch, described = _kernel_step(version, module, step, env, buffers, resources or {}, drv)
             plan.steps.append(launch)
             plan.described.append(described)
-            plan.ops.append("kernel")
-            plan.touched.append(step.buffers(buffers))
         elif step.kind == "memset":
             buf = buffers[step.name]
             bits = _word(expr.evaluate(step.value, env), buf.dtype)
@@ -169,16 +167,15 @@ def build_plan(version: Version, module, sizes: Mapping[str, int], block_size: i
                     drv.memset_d32_async(ptr, bits, count, stream)
             plan.steps.append(memset)
             plan.described.append(f"memset {step.name}")
-            plan.ops.append("memset")
-            plan.touched.append(step.buffers(buffers))
         else:
             fn = library_calls.get(step.name)
             kwargs = {k: v if k in library_calls.LITERAL_PARAMS else resolve_value(v, env, buffers)
                       for k, v in step.params}
             plan.steps.append(fn(**kwargs))
             plan.described.append(f"{step.name}({', '.join(k for k, _ in step.params)})")
-            plan.ops.append(step.name)
-            plan.touched.append(step.buffers(buffers))
+        # what each step is and which buffers it touches: train/streams.py orders launches by them
+        plan.ops.append(step.name if step.kind == "library" else step.kind)
+        plan.touched.append(step.buffers(buffers))
     if not plan.steps:
         raise LaunchConfigError(f"{version.label}: nothing to launch at {version.family.format_sizes(sizes)} "
                                 f"(every step's `when` is false)")
