@@ -237,6 +237,22 @@ def test_files_that_are_not_results_are_refused(tmp_path, content, message):
     assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
+def test_a_gzipped_results_file_reads_as_the_plain_one_and_a_bad_one_in_one_line(tmp_path, h100):
+    import gzip
+    path = tmp_path / "r.json.gz"
+    path.write_bytes(gzip.compress(H100.read_bytes()))
+    assert read_payload(path) == h100
+    bad = tmp_path / "bad.json.gz"
+    bad.write_text("not gzip")
+    with pytest.raises(WorkbenchError, match="cannot read it") as e:
+        read_payload(bad)
+    assert "\n" not in str(e.value) and str(bad) in str(e.value)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(H100.read_bytes())[:1000])
+    with pytest.raises(WorkbenchError, match="cannot read it"):
+        read_payload(cut)
+
+
 def test_missing_files_and_folders_are_refused(tmp_path, h100):
     with pytest.raises(WorkbenchError, match="no such file"):
         read_payload(tmp_path / "missing.json")

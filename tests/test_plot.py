@@ -199,6 +199,11 @@ def test_without_out_the_plots_go_beside_the_results_file_never_into_the_reposit
     assert r.exit_code == 0 or "matplotlib is not installed" in r.output, r.output
     assert (where / "r-plots").is_dir() and not any(cwd.iterdir())
     assert "r-plots/" in invoke_plot("--help").output  # documented
+    import gzip  # a gzipped results file (the repository's older runs): the same folder name
+    (where / "s.json.gz").write_bytes(gzip.compress(results.read_bytes()))
+    r = invoke_plot(where / "s.json.gz")
+    assert r.exit_code == 0 or "matplotlib is not installed" in r.output, r.output
+    assert (where / "s-plots").is_dir()
     if shutil.which("git"):  # the default for a results file inside the repository: ignored by git
         ignored = subprocess.run(["git", "check-ignore", "-q", "results/h100-bench-plots/roofline.png"], cwd=ROOT,
                                  timeout=60)

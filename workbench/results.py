@@ -16,6 +16,7 @@ in, and every file written in it since keeps loading: `load` reads both.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -396,15 +397,16 @@ def check_payload(payload: Any, where: str = "results") -> dict:
 
 
 def read_payload(path: str | os.PathLike) -> dict:
-    """Read a results file; a one-line UsageError if it is missing, unreadable or not one."""
+    """Read a results file (gzipped where its name ends in .gz: the repository keeps its older bench
+    runs so); a one-line UsageError if it is missing, unreadable or not one."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file ({EXPECTED_FILE})") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a folder ({EXPECTED_FILE})") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip.BadGzipFile is an OSError
         raise UsageError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     try:
         payload = json.loads(text)

@@ -138,7 +138,8 @@ def plot(results, out_dir):
     from ..plot import plot_results
     payload = read_payload(results)
     if out_dir is None:
-        out_dir = str(Path(results).with_name(Path(results).stem + "-plots"))
+        name = Path(results).name.removesuffix(".gz")  # r.json.gz: r-plots/ as for r.json
+        out_dir = str(Path(results).with_name(Path(name).stem + "-plots"))
     writable_folder(out_dir)  # before any drawing: one line if it cannot be written
     written = plot_results(payload, out_dir)
     console.print(f"wrote {len(written)} plots to {out_dir}/ (roofline: {Path(out_dir) / 'roofline.png'})")
