@@ -229,3 +229,29 @@ def test_the_qkv_bias_gradient_through_attproj_matches_the_column_sums_of_dqkv_i
         assert np.abs(a[C:2 * C]).max() <= 0.1 * q, l  # the unfused key sums are noise beside the query's
         assert np.abs(b[2 * C:] - a[2 * C:]).max() <= 2e-2 * v, l
     assert np.abs(fused[rest] - sums[rest]).max() <= 1e-2 * np.abs(sums[rest]).max()
+
+
+def test_the_lm_head_does_not_read_its_zero_bias_where_the_promoted_version_may_skip_it(world):
+    """The lm head's call promises a zero bias (zero_bias = 1). Where the promoted bf16
+    matmul_forward uses the promise (a launch step chosen by zero_bias, matmul_forward 11), the
+    bf16 forward gives the same logits, bit for bit, after the bias buffer is filled with NaN:
+    the bias is not read at all."""
+    from train.model import Program
+    from train.backends import KernelBackend, PromotedSet
+    promoted = PromotedSet()
+    version = promoted.version("matmul_forward", "bf16")
+    if not any(s.when and "zero_bias" in s.when for s in version.steps):
+        pytest.skip(f"the promoted bf16 {version.label} adds the bias whatever the call says")
+    config, stream, (x, y) = world["config"], world["stream"], world["batches"][0]
+    program = Program(config, B, T, "cudnn", precision="bf16")
+    backend = KernelBackend(program, promoted)
+    backend.upload("params", world["params"].astype(np.float32))
+    backend.upload("params_bf16", world["params"].astype(np.float32))
+    feed(backend, x, y, 0)
+    logits = []
+    for fill in (0.0, np.nan):
+        backend.upload("zeros", np.full(config.padded_vocab_size, fill, dtype=np.float32))
+        backend.run(program.forward, stream)
+        stream.synchronize()
+        logits.append(backend.download("logits"))
+    assert np.isfinite(logits[0]).all() and np.array_equal(logits[0], logits[1])

@@ -97,8 +97,10 @@ def test_the_contracts_match_the_trainer_table():
                                         "dout": ("in", "B, T, OC"), "inp": ("in", "B, T, C"),
                                         "weight": ("in", "OC, C")}
     assert roles["matmul_backward_bias"] == {"dbias": ("inout", "OC"), "dout": ("in", "B, T, OC")}
-    for f in ("matmul_forward", "matmul_backward", "sgemm"):
+    for f in ("matmul_backward", "sgemm"):
         assert project.family(f).params == {"tf32": 0}
+    # zero_bias: the caller's promise that the bias is zero (the lm head), which a version may use
+    assert project.family("matmul_forward").params == {"tf32": 0, "zero_bias": 0}
 
 
 @needs_torch

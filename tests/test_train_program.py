@@ -493,6 +493,19 @@ def test_the_fused_projections_step_equals_the_numpy_gpt2(recompute):
     np.testing.assert_allclose(fused_backend.host["grads"], numpy_grads, rtol=1e-10, atol=1e-12)
 
 
+def test_only_the_lm_head_promises_a_zero_bias_and_its_bias_is_the_zeros_buffer():
+    """GPT-2's lm head has no bias: its matmul_forward call binds the `zeros` buffer and says so
+    (zero_bias = 1, which lets a version leave the bias out); every other matmul_forward call adds
+    its real bias. Through the references the step is the same either way."""
+    p = Program(MICRO, 2, 8)
+    calls = [c for c in p.forward if isinstance(c, Call) and c.family == "matmul_forward"]
+    promised = [c for c in calls if c.params.get("zero_bias")]
+    assert [c.label for c in promised] == ["lm head"] and promised[0].args["bias"] == p.at("zeros")
+    assert all("zero_bias" not in c.params for c in calls if c is not promised[0])
+    assert "zeros" not in {ref.buffer for c in p.calls for name, ref in c.args.items()
+                           if c is not promised[0] or name != "bias"}
+
+
 # -- qkv's bias gradient from attention's invariances (FUSED_QKV_BIAS) ------------------------------------
 from train.model import FUSED_QKV_BIAS, Call  # noqa: E402
 

@@ -236,7 +236,7 @@ class ProgramBuffers:
         if self.weight_decay:
             self._buf("optimizer_scalars_no_decay", 6)  # the same with weight_decay 0: for all but the matrices
         self._buf("norm2", 1)
-        self._buf("zeros", Vp, act)  # the lm head has no bias
+        self._buf("zeros", Vp, act)  # the lm head has no bias (its call says so: zero_bias = 1)
         self._buf("encoded", BTC, act)
         stats = ("ln1_mean", "ln1_rstd", "ln2_mean", "ln2_rstd", "lse", "lnf_mean", "lnf_rstd", "losses")
         # With FUSED_RESIDUAL the projections add into the stream themselves: their own outputs
@@ -320,7 +320,8 @@ class ProgramPasses:
                       label="layer 0 ln1"))
         for layer in range(L):
             f += self._forward_layer(layer)
-        f.append(self._mm(self.at("logits"), self.at("lnf"), self.param("wte"), self.at("zeros"), C, Vp, "lm head"))
+        lm_head = self._mm(self.at("logits"), self.at("lnf"), self.param("wte"), self.at("zeros"), C, Vp, "lm head")
+        f.append(replace(lm_head, params={**lm_head.params, "zero_bias": 1}))  # a version may skip the bias
 
     def _forward_layer(self, l: int) -> list[Call]:
         C, L, NH = self.config.channels, self.config.num_layers, self.config.num_heads
