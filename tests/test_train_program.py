@@ -534,6 +534,17 @@ def test_the_qkv_bias_call_reads_the_query_third_and_attprojs_bias_gradient_of_i
         Program(MICRO, B, T, "relu", fused=(FUSED_QKV_BIAS,))
 
 
+def test_fused_for_gives_each_attention_the_families_its_program_accepts():
+    """The trainer and promote ask fused_for which fused families an attention can use: every one
+    but qkv_bias_backward under ReLU attention, and a Program takes what it gives."""
+    from train.model import fused_for
+    for attention in ATTENTION:
+        got = fused_for(attention)
+        assert got == (tuple(f for f in FUSED if f != FUSED_QKV_BIAS) if attention == "relu" else FUSED)
+        Program(MICRO, 2, 8, attention, precision="bf16", fused=got)
+    assert fused_for("relu", (FUSED_QKV_BIAS, FUSED_LN)) == (FUSED_LN,)
+
+
 @pytest.mark.parametrize("fused", [(FUSED_QKV_BIAS,), FUSED], ids=["qkv_bias", "all"])
 def test_the_qkv_bias_step_equals_the_numpy_gpt2(fused):
     """Through the references the step with FUSED_QKV_BIAS has the plain step's gradients: the key

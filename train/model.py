@@ -459,6 +459,12 @@ FUSED_QKV_BIAS = "qkv_bias_backward"
 FUSED = FUSED_GELU + (FUSED_LN, FUSED_RESIDUAL, FUSED_QKV_BIAS)
 
 
+def fused_for(attention: str, fused: tuple[str, ...] = FUSED) -> tuple[str, ...]:
+    """The families of `fused` a Program with this attention can use: all of them but
+    FUSED_QKV_BIAS under ReLU attention (the Program refuses that pair)."""
+    return tuple(f for f in fused if not (f == FUSED_QKV_BIAS and attention == "relu"))
+
+
 class ProgramMLP:
     """The MLP's fc layer and GELU (Program below): as separate calls, or, for the families named
     in `fused`, one call whose GEMM does the GELU (and its backward) in its epilogue. Either way
@@ -693,9 +699,8 @@ def promotion_sizes(family_name: str, family_sizes: tuple[str, ...]) -> list[dic
     from .config import preset
     out: list[dict[str, int]] = []
     for kind in ("softmax", "relu"):  # the two sets of attention families (flash and cudnn: softmax's)
-        fused = tuple(f for f in FUSED if kind != "relu" or f != FUSED_QKV_BIAS) if family_name in FUSED else ()
         program = Program(preset(PROMOTION_SHAPES["config"]), PROMOTION_SHAPES["B"], PROMOTION_SHAPES["T"], kind,
-                          fused=fused)
+                          fused=fused_for(kind) if family_name in FUSED else ())
         for sizes in program.family_sizes().get(family_name, []):
             own = {k: v for k, v in sizes.items() if k in family_sizes}
             if own not in out:

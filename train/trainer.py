@@ -42,7 +42,8 @@ from .data import TrainData, ValData, window
 from .distributed import drain_output
 from .config import EOT, GPT2Config, PRESETS, preset
 from .errors import TrainError
-from .model import FUSED_GELU, FUSED_LN, FUSED_QKV_BIAS, FUSED_RESIDUAL, Program, flops_per_token, memory_groups
+from .model import (FUSED_GELU, FUSED_LN, FUSED_QKV_BIAS, FUSED_RESIDUAL, Program, flops_per_token, fused_for,
+                    memory_groups)
 from .options import Run, TrainOptions  # noqa: F401  (TrainOptions: the trainer's options, re-exported)
 from .params import fresh_init
 
@@ -98,9 +99,8 @@ class Trainer:
         # The fused families run where the promoted set can serve them at the precision (under
         # --deterministic not one whose version adds with atomics and has no stand-in, as the layernorm
         # backward with the projections' bias gradients); the fc + GELU ones unless --no-fuse-gelu;
-        # qkv's bias gradient through attproj's with the softmax attentions only.
-        wanted = ((FUSED_GELU if o.fuse_gelu else ()) + (FUSED_LN, FUSED_RESIDUAL)
-                  + ((FUSED_QKV_BIAS,) if o.attention != "relu" else ()))
+        # those the attention allows (fused_for: qkv's bias gradient through attproj's not with relu).
+        wanted = fused_for(o.attention, (FUSED_GELU if o.fuse_gelu else ()) + (FUSED_LN, FUSED_RESIDUAL, FUSED_QKV_BIAS))
         fused = tuple(f for f in wanted if self.promoted.serves(f, o.precision))
         self.program = Program(self.config, o.batch, o.seq, o.attention, o.tf32, micro_steps=self.M, world=d.world,
                                rank=d.rank, zero=o.zero, weight_decay=o.weight_decay > 0, grad_clip=o.grad_clip,
