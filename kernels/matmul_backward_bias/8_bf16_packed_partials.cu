@@ -30,10 +30,19 @@ args = ["partial", "dout", "N", "OC"]
 kernel = "bias_bf16_reduce"
 grid = "cdiv(OC, 32)"
 block = [32, 8]
+shared = "8 * 32 * 4"
 args = ["dbias", "partial", "groups", "OC"]
+
+[[emulate]]
+runs = ["bs=128 seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 50, OC = 264 }, { B = 1, T = 300, OC = 520 }]  # a stripe with one lane's columns
+runs = ["bs=256 seed=1 SHUFFLE sms=1", "bs=512 seed=2 PRIORITY"]
 */
 
 #include "bf16.cuh"
+#include "column_parts.cuh"  // add_warps_eight_columns, store_eight, add_eight_parts
 
 // Block (x, y): columns 256x .. 256x+255 (eight per lane), rows y*warps + warp, stepping by all
 // the row groups' warps; its fp32 sums go to partial[y][...].
@@ -51,34 +60,18 @@ extern "C" __global__ void bias_bf16_partials(float* partial, const bf16* dout, 
             for (int j = 0; j < 8; j++) sum[j] += to_float(x.v[j]);
         }
     }
-#pragma unroll
-    for (int j = 0; j < 8; j++) warp_sums8[(warp * 32 + lane) * 8 + j] = sum[j];
-    __syncthreads();
-    if (warp == 0 && oc < OC) {
-        for (int w = 1; w < warps; w++) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) sum[j] += warp_sums8[(w * 32 + lane) * 8 + j];
-        }
-        float* dst = partial + (size_t)blockIdx.y * OC + oc;
-        reinterpret_cast<float4*>(dst)[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
-        reinterpret_cast<float4*>(dst)[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
-    }
+    add_warps_eight_columns(sum, warp_sums8);
+    if (warp == 0 && oc < OC) store_eight(partial + (size_t)blockIdx.y * OC + oc, sum);
 }
 
 // dbias[oc] += the G partial rows of column oc, added in a fixed order; a block covers 32 columns.
 extern "C" __global__ void bias_bf16_reduce(bf16* dbias, const float* partial, int G, int OC) {
-    __shared__ float group_sums[8][32];
-    const int lane = threadIdx.x;
-    const int oc = blockIdx.x * 32 + lane;
+    extern __shared__ float parts[];  // [8][32]
+    const int oc = blockIdx.x * 32 + threadIdx.x;
     float sum = 0.0f;
     if (oc < OC) {
-        for (int g = threadIdx.y; g < G; g += blockDim.y) sum += partial[(size_t)g * OC + oc];
+        for (int g = threadIdx.y; g < G; g += 8) sum += partial[(size_t)g * OC + oc];
     }
-    group_sums[threadIdx.y][lane] = sum;
-    __syncthreads();
-    if (threadIdx.y == 0 && oc < OC) {
-        float s = 0.0f;
-        for (int g = 0; g < 8; g++) s += group_sums[g][lane];
-        dbias[oc] = to_bf16(to_float(dbias[oc]) + s);
-    }
+    const float total = add_eight_parts(sum, parts);
+    if (threadIdx.y == 0 && oc < OC) dbias[oc] = to_bf16(to_float(dbias[oc]) + total);
 }

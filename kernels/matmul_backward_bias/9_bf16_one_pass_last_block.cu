@@ -47,6 +47,7 @@ runs = ["bs=128 seed=1 SHUFFLE", "bs=256 seed=2 PRIORITY order=7 sms=1", "bs=512
 */
 
 #include "bf16.cuh"               // bf16, Pack8, load8_stream, to_float/to_bf16
+#include "column_parts.cuh"       // add_warps_eight_columns, store_eight
 #include "last_block_reduce.cuh"  // took_last_ticket, sum_rows_in_order
 
 // A counter per column stripe (at most 1024 stripes: OC <= 262,144), zero at module load; the
@@ -69,19 +70,10 @@ extern "C" __global__ void bias_bf16_one_pass(bf16* dbias, float* partial, const
             for (int j = 0; j < 8; j++) sum[j] += to_float(x.v[j]);
         }
     }
-#pragma unroll
-    for (int j = 0; j < 8; j++) warp_sums8[(warp * 32 + lane) * 8 + j] = sum[j];
-    __syncthreads();
+    add_warps_eight_columns(sum, warp_sums8);
     float* stripe = partial + (size_t)blockIdx.x * gridDim.y * 256;
-    if (warp == 0) {  // every lane stores, zeros past OC, so the last block reads only written floats
-        for (int w = 1; w < warps; w++) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) sum[j] += warp_sums8[(w * 32 + lane) * 8 + j];
-        }
-        float4* dst = reinterpret_cast<float4*>(stripe + (size_t)blockIdx.y * 256 + lane * 8);
-        dst[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
-        dst[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
-    }
+    // every lane of warp 0 stores, zeros past OC, so the last block reads only written floats
+    if (warp == 0) store_eight(stripe + (size_t)blockIdx.y * 256 + lane * 8, sum);
     if (!took_last_ticket(&bias9_tickets[blockIdx.x], gridDim.y)) return;
     // The stripe's last block: its gridDim.y rows of 64 float4, in row order, into dbias.
     sum_rows_in_order(stripe, gridDim.y, 64, [&](int e, float4 total) {

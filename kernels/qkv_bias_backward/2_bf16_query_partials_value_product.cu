@@ -42,7 +42,7 @@ runs = ["bs=128 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3 sms=1"]
 */
 
 #include "bf16.cuh"
-#include "column_parts.cuh"  // add_eight_parts
+#include "column_parts.cuh"  // add_warps_eight_columns, store_eight, add_eight_parts
 
 // Block (x, y): query columns 256x .. 256x+255 (eight a lane), rows y*warps + warp stepping by
 // all the row groups' warps (a row is 3C wide, its query third its first C columns); the block's
@@ -62,18 +62,8 @@ extern "C" __global__ void qkvb_query_partials2(float* partial, const bf16* dqkv
             for (int j = 0; j < 8; j++) acc[j] += to_float(x.v[j]);
         }
     }
-#pragma unroll
-    for (int j = 0; j < 8; j++) lane_sums[(warp * 32 + lane) * 8 + j] = acc[j];
-    __syncthreads();
-    if (warp == 0 && col < C) {
-        for (int w = 1; w < warps; w++) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[j] += lane_sums[(w * 32 + lane) * 8 + j];
-        }
-        float4* dst = reinterpret_cast<float4*>(partial + (size_t)blockIdx.y * C + col);
-        dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    }
+    add_warps_eight_columns(acc, lane_sums);
+    if (warp == 0 && col < C) store_eight(partial + (size_t)blockIdx.y * C + col, acc);
 }
 
 // Blocks 0 .. cdiv(C, 32) - 1: query columns, dbias[c] += the G partial rows of column c.

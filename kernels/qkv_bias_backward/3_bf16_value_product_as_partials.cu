@@ -42,7 +42,7 @@ runs = ["bs=128 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3 sms=1"]
 */
 
 #include "bf16.cuh"
-#include "column_parts.cuh"  // add_eight_parts
+#include "column_parts.cuh"  // add_warps_eight_columns, store_eight, add_eight_parts
 
 // Block (x, y), x < cdiv(C, 256): query columns 256x .. 256x+255 of dqkv (rows 3C apart), rows
 // y*warps + warp stepping by all the row groups' warps. x >= cdiv(C, 256): the same columns of
@@ -75,18 +75,8 @@ extern "C" __global__ void qkvb_partials3(float* partial, const bf16* dqkv, cons
             }
         }
     }
-#pragma unroll
-    for (int j = 0; j < 8; j++) lane_sums[(warp * 32 + lane) * 8 + j] = acc[j];
-    __syncthreads();
-    if (warp == 0 && col < C) {
-        for (int w = 1; w < warps; w++) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[j] += lane_sums[(w * 32 + lane) * 8 + j];
-        }
-        float4* dst = reinterpret_cast<float4*>(partial + (size_t)blockIdx.y * 2 * C + (value ? C : 0) + col);
-        dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    }
+    add_warps_eight_columns(acc, lane_sums);
+    if (warp == 0 && col < C) store_eight(partial + (size_t)blockIdx.y * 2 * C + (value ? C : 0) + col, acc);
 }
 
 // Column k of the 2C partial columns (query k < C, value k >= C): lane threadIdx.x's column of the
