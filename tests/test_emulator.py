@@ -112,6 +112,28 @@ def test_the_emulator_catches_a_missing_barrier(tmp_path, barrier):
     assert report.ok == barrier
 
 
+@needs_gxx
+@pytest.mark.parametrize("barrier", [True, False])
+def test_a_static_shared_array_is_the_blocks_own(tmp_path, barrier):
+    """A __shared__ array declared without extern is one array for the block, as on the GPU: the
+    reversal through it works with the barrier and fails without (one copy per emulated thread,
+    as before, fails even with it)."""
+    source = textwrap.dedent(RACY).replace("BARRIER", "__syncthreads();" if barrier else "")
+    source = source.replace("extern __shared__ float buf[];", "__shared__ float buf[1024];")
+    assert "extern __shared__" not in source
+    version = scale_version(tmp_path, "1_static_smem.cu", source)
+    (report,) = runner.emulate(version, {"N": 300}, block_size=128, mode="LATE", sched="PRIORITY")
+    assert report.ok == barrier
+
+
+def test_only_static_shared_declarations_become_cpp_statics():
+    source = ("extern __shared__ float a[];\nextern  __shared__ __align__(16) char b[];\n"
+              "__shared__ float c[33];\n    __shared__ bool last;\nint not__shared__x;")
+    out = runner._emulated_source(source)
+    assert out.splitlines() == ["extern __shared__ float a[];", "extern __shared__ __align__(16) char b[];",
+                                "static float c[33];", "    static bool last;", "int not__shared__x;"]
+
+
 VOTES = """/*
 title = "y = alpha x, if the block votes add up"
 block_sizes = [128]

@@ -47,6 +47,19 @@ def _shared_aliases(source: str) -> str:
     return "\n".join(out)
 
 
+STATIC_SHARED = re.compile(r"(?<!extern )\b__shared__\b")
+
+
+def _emulated_source(source: str) -> str:
+    """A version's flattened source as the emulator compiles it. A static __shared__ array (one
+    declared without extern, e.g. reduce.cuh's slots) becomes a C++ static: one array that every
+    thread of the block sees, as on the GPU (blocks run one at a time here, so one array serves
+    them all in turn; unlike the dynamic shared memory it is not poisoned between blocks). emu.h
+    defines __shared__ as nothing, which alone would give every emulated thread its own copy."""
+    source = re.sub(r"\bextern\s+__shared__\b", "extern __shared__", source)
+    return STATIC_SHARED.sub("static", source)
+
+
 def _driver_source(version: Version, arities: dict[str, int], extra: str = "") -> str:
     calls = []
     for name, n in sorted(arities.items()):
@@ -58,7 +71,8 @@ def _driver_source(version: Version, arities: dict[str, int], extra: str = "") -
 #include "emu_mma.h"
 {extra}
 {_shared_aliases(flatten(version.path))}
-#include "{version.path}"
+// ---- {version.path}, its local headers inlined ----
+{_emulated_source(flatten(version.path))}
 #include <fstream>
 #include <sstream>
 #include <string>
