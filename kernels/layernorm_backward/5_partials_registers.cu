@@ -44,6 +44,10 @@ kernel = "layernorm_backward_reduce"
 grid = "cdiv(C, 32)"
 block = [32, 32]
 args = ["dweight", "dbias", "partial", "groups", "C"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 3, C = 36 }, { B = 1, T = 70, C = 300 }]
+runs = ["bs=64 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */
 
 #include "reduce.cuh"  // warp_sum: every lane gets the warp's total

@@ -16,6 +16,10 @@ kernel = "layernorm_forward5"
 grid = "N"
 block = "block_size"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 3, C = 37 }, { B = 1, T = 5, C = 1100 }]
+runs = ["bs=32 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE"]
 */
 
 // Written out on purpose: the two-level block reduction is this version's lesson. Later

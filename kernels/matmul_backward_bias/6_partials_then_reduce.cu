@@ -27,6 +27,10 @@ kernel = "bias_reduce_partials"
 grid = "cdiv(OC, 32)"
 block = [32, 8]
 args = ["dbias", "partial", "min(cdiv(N, (block_size // 32) * 8), 65535)", "OC"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 3, OC = 36 }, { B = 1, T = 300, OC = 520 }]
+runs = ["bs=128 seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */
 
 // Block (x, y) sums its rows of columns 128x..128x+127 into partial[y][...].

@@ -16,6 +16,10 @@ kernel = "bias_bf16_stripes"
 grid = "cdiv(OC, 32)"
 block = [32, 8]
 args = ["dbias", "dout", "N", "OC"]
+
+[[emulate]]
+sizes = [{ B = 2, T = 3, OC = 37 }, { B = 1, T = 300, OC = 520 }]
+runs = ["bs=256 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */
 
 #include "bf16.cuh"

@@ -21,6 +21,10 @@ kernel = "matmul_forward3"
 grid = ["OC // 128", "N // 128"]
 block = 256
 args = ["out", "inp", "weight", "bias", "N", "C", "OC"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 128, C = 24, OC = 256 }]
+runs = ["seed=0 PRIORITY", "seed=1 SHUFFLE order=3"]
 */
 
 #define TILE 128  // output rows and columns per block

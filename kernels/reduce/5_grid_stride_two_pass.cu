@@ -32,6 +32,10 @@ kernel = "reduce5_finish"
 grid = "1"
 block = "block_size"
 args = ["out", "partial", "blocks"]
+
+[[emulate]]
+sizes = [{ N = 3 }, { N = 5000 }]
+runs = ["bs=64 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */
 
 // Written out on purpose, in the reduction course: the shuffles that version 4's cg::reduce

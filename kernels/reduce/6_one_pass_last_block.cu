@@ -23,6 +23,10 @@ kernel = "reduce6"
 grid = "min(cdiv(N, 4 * block_size), SMS * 2048 // block_size)"
 block = "block_size"
 args = ["out", "partial", "inp", "N"]
+
+[[emulate]]
+sizes = [{ N = 3 }, { N = 5000 }]
+runs = ["bs=64 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */
 
 #include "reduce.cuh"  // block_sum: it ends with a barrier, so it may be called twice in a row

@@ -18,6 +18,10 @@ kernel = "sgemm4"
 grid = ["N // 128", "M // 128"]
 block = 256
 args = ["C", "A", "B", "M", "N", "K"]
+
+[[emulate]]
+sizes = [{ M = 128, N = 256, K = 24 }]
+runs = ["seed=0 PRIORITY", "seed=1 SHUFFLE order=3"]
 */
 
 #define APAD 4

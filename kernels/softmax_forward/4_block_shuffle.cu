@@ -15,6 +15,10 @@ kernel = "softmax_forward4"
 grid = "N"
 block = "block_size"
 args = ["out", "inp", "N", "V"]
+
+[[emulate]]
+sizes = [{ N = 3, V = 37 }, { N = 2, V = 1025 }]
+runs = ["bs=32 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE"]
 */
 #include <cfloat>
 

@@ -18,6 +18,10 @@ kernel = "trimat4"
 grid = ["cdiv(T, 64) * (cdiv(T, 64) + 1) // 2", "B * NH"]
 block = 256
 args = ["preatt", "qkv", "B", "T", "NH", "HS", "1.0 / sqrt(HS)"]
+
+[[emulate]]
+sizes = [{ B = 1, T = 70, NH = 2, HS = 8 }]
+runs = ["seed=0 PRIORITY", "seed=1 SHUFFLE order=3"]
 */
 
 #define TILE 64
