@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # NOT RUN in session 24 (the device time ran out before a machine started); ready for the next session.
+# It first re-checks and sanitizes the four versions fadd21d changed (about 2 minutes).
 # session 24, call 3 (H100): the power picture of both trainers. nvidia-smi logs the SM clock, power and
 # throttle reasons every 100 ms while PyTorch's and our bf16 trainer run at B=32 (ours: this
 # tree's promoted set); each run's window is marked so its samples can be told apart. Then, under the same
@@ -15,7 +16,14 @@ W="python3 -m workbench"
 # the raw logs sit at $OUT's top (at most 8 files come back), so a run cut short still returns them
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv > $o/gpu.txt 2>&1
 python3 -m compileall -q -j 16 workbench references train > /dev/null 2>&1
-t timeout 60 $W prepro tinyshakespeare --input .gpu/data/tinyshakespeare/input.txt > $o/prepro.txt 2>&1
+t timeout 60 $W prepro tinyshakespeare --input .gpu/data/tinyshakespeare/input.txt > $J/prepro.txt 2>&1
+# first, the versions session 24 changed on the CPU (fadd21d: column_parts.cuh's eight-column warp sums)
+# checked at their test sizes with 3 seeds, and sanitized, while nothing else runs
+for fv in "matmul_backward_bias 8" "matmul_backward_bias 9" "qkv_bias_backward 2" "qkv_bias_backward 3"; do
+  n=${fv// /-}; t timeout 120 $W run $fv --seeds 3 --budget 0.5 --json $J/run-$n.json > $J/run-$n.txt 2>&1
+  t timeout 200 $W sanitize $fv --json $J/sanitize-$n.json > $J/sanitize-$n.txt 2>&1
+done
+grep -h "check " $J/run-*.txt > $o/checks.txt; grep -h "clean\|hazard\|error" $J/sanitize-*.txt | head -40 >> $o/checks.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader -lms 100 > $o/smi.csv 2>&1 &
 smi=$!
 tr() { local name=$1; shift; echo "$name start $(date +%s.%N)" >> $o/marks.txt; echo "=== $name: $*" >> $o/train-log.txt
@@ -67,4 +75,4 @@ for n, m in marks.items():
           f"power-capped {100 * capped:.0f}% of samples  ~{e}")
 PY
 cat $o/power.txt; cat $o/times.txt
-tar czf $OUT/train.tgz -C /tmp c3train
+tar czf $OUT/train.tgz -C /tmp c3train  # the trainer JSONs, the runs and the sanitizer tables
