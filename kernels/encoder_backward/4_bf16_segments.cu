@@ -82,6 +82,10 @@ when = "C % 8 != 0"
 grid = ["cdiv(N, 8)", "cdiv(C, block_size)"]
 block = "block_size"
 args = ["dwte", "partial", "sorted_token", "starts", "counts", "C", "V"]
+
+[[emulate]]
+when = "B * T * C <= 20000"
+runs = ["seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */
 #include "misc_bf16_vec.cuh"  // BfVec<VEC>, load_vec/store_vec (VEC = 8: one 16-byte access)
 

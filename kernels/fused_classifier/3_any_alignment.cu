@@ -19,6 +19,10 @@ kernel = "fused_classifier3"
 grid = "N"
 block = "block_size"
 args = ["logits", "losses", "targets", "dloss", "N", "V", "Vp"]
+
+[[emulate]]
+when = "B * T * Vp <= 160000"
+runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */
 #include <cfloat>
 #include <cstdint>

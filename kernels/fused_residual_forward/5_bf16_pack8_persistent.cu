@@ -35,6 +35,10 @@ grid = "min(cdiv(N, block_size // 32), SMS * cdiv(512, block_size))"
 block = "block_size"
 shared = "4 * C"
 args = ["residual", "normed", "mean", "rstd", "inp1", "inp2", "weight", "bias", "N", "C", "eps"]
+
+[[emulate]]
+when = "B * T * C <= 20000"
+runs = ["seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */
 
 #include "layernorm_bf16.cuh"  // Pack8 loads, unpack8/pack8, warp_row_stats, normalize8,

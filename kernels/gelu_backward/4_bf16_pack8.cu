@@ -21,6 +21,10 @@ kernel = "gelu_backward4"
 grid = "cdiv(N, 16 * block_size)"  # UNROLL packs of 8 per thread
 block = "block_size"
 args = ["dinp", "inp", "dout", "N"]
+
+[[emulate]]
+when = "B * T * C <= 20000"
+runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */
 #include <stdint.h>
 #include "bf16.cuh"  // bf16, Pack8, load8_stream/store8_stream, to_float/to_bf16

@@ -41,6 +41,10 @@ kernel = "layernorm_backward_reduce_bf16"
 grid = "cdiv(C, 32)"
 block = [32, 32]
 args = ["dweight", "dbias", "partial", "groups", "C"]
+
+[[emulate]]
+when = "B * T * C <= 20000"
+runs = ["seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */
 
 #include "layernorm_bf16.cuh"  // bf16, to_float/to_bf16, block_sum, the partials' reduce

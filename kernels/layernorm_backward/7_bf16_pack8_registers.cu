@@ -53,6 +53,10 @@ kernel = "layernorm_backward_reduce_bf16"
 grid = "cdiv(C, 32)"
 block = [32, 32]
 args = ["dweight", "dbias", "partial", "groups", "C"]
+
+[[emulate]]
+when = "B * T * C <= 20000"
+runs = ["seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */
 
 #include "layernorm_bf16.cuh"  // Pack8 loads, unpack8/pack8, warp_sum, the partials' reduce

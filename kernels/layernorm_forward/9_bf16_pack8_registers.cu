@@ -37,6 +37,10 @@ grid = "cdiv(N * 32, block_size)"
 block = "block_size"
 shared = "4 * C"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
+
+[[emulate]]
+when = "B * T * C <= 20000"
+runs = ["seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */
 
 #include "layernorm_bf16.cuh"  // Pack8 loads, unpack8, warp_row_stats, normalize8, stage_weight_bias

@@ -29,6 +29,10 @@ when = "HS % 8 != 0"
 grid = ["cdiv(T * HS, block_size)", "B * NH"]
 block = "block_size"
 args = ["q", "k", "v", "inp", "B", "T", "NH", "HS"]
+
+[[emulate]]
+when = "B * T * NH * HS <= 20000"
+runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */
 #include "misc_bf16_vec.cuh"  // BfVec<VEC>, load_vec_stream/store_vec_stream (VEC = 8: 16 bytes)
 

@@ -45,6 +45,10 @@ when = "block_size == 1024"
 grid = "N"
 block = "block_size"
 args = ["out", "inp", "N", "V"]
+
+[[emulate]]
+when = "N * V <= 120000"
+runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */
 #include <cfloat>
 #include <cstdint>
