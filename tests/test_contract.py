@@ -148,6 +148,17 @@ def test_an_emulate_table_gives_its_runs_and_sizes(tmp_path):
         (128, 2, "EARLY", "SHUFFLE", 5, 1, 3)
     assert second.test_sizes and second.sizes == ({"N": 7},) and second.when == "N > 3"
     assert (second.runs[0].seed, second.runs[0].mode, second.runs[0].sched, second.runs[0].sms) == (0, "LATE", "PRIORITY", 132)
+    assert not first.slow and not second.slow
+
+
+def test_an_emulate_table_may_leave_its_cases_to_the_slow_run(tmp_path):
+    v = make_project(tmp_path, versions={"1_plain.cu": with_emulate("""
+        [[emulate]]
+        slow = true
+        runs = ["seed=0"]
+        """)}).family("scale").version(1)
+    (table,) = v.emulate
+    assert table.slow
 
 
 @pytest.mark.parametrize("table, message", [
@@ -160,6 +171,7 @@ def test_an_emulate_table_gives_its_runs_and_sizes(tmp_path):
     ('sizes = ["test", "test"]\nruns = ["seed=0"]', 'at most once "test"'),
     ('when = "M > 1"\nruns = ["seed=0"]', "unknown name(s) M"),
     ('runs = ["seed=0"]\nblocks = 2', "unknown key(s) blocks"),
+    ('slow = "yes"\nruns = ["seed=0"]', "slow"),
 ])
 def test_a_bad_emulate_table_is_refused_in_one_line(tmp_path, table, message):
     project = make_project(tmp_path, versions={"1_plain.cu": with_emulate("[[emulate]]\n" + table + "\n")})

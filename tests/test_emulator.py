@@ -37,8 +37,9 @@ def all_cases():
     out = []
     for fam in PROJECT.families():
         for v in fam.versions:
-            out += [pytest.param(fam.name, v.number, sizes, run, id=runner.case_id(v, sizes, run))
-                    for sizes, run in runner.cases(v)]
+            out += [pytest.param(fam.name, v.number, sizes, run, id=runner.case_id(v, sizes, run),
+                                 marks=[pytest.mark.slow] if table.slow else [])
+                    for sizes, run, table in runner.table_cases(v)]
     return out
 
 
@@ -53,6 +54,21 @@ def test_the_listed_sizes_are_ones_the_version_takes():
                 for sizes in table.sizes:
                     assert not v.unmet(sizes), \
                         f"{v.path.name}: [[emulate]] lists {fam.format_sizes(sizes)}: {v.unmet(sizes)}"
+
+
+def test_a_slow_tables_cases_are_all_slow_and_the_others_are_not_marked_here():
+    """`slow = true` on an [[emulate]] table marks each of its cases (CI's slow run only); the other
+    tables' cases are left to conftest's rules (large sizes, repeats)."""
+    slow_tables = 0
+    for fam in PROJECT.families():
+        for v in fam.versions:
+            for table in v.emulate:
+                slow_tables += table.slow
+    assert slow_tables >= 20
+    for param in CASES:
+        family, number, sizes, run = param.values
+        table = next(t for s, r, t in runner.table_cases(PROJECT.family(family).version(number)) if s == sizes and r == run)
+        assert any(m.name == "slow" for m in param.marks) == table.slow, param.id
 
 
 def test_cases_are_many_and_distinct():

@@ -120,12 +120,15 @@ class EmulatorRun:
 @dataclass(frozen=True)
 class EmulatorCases:
     """A header's [[emulate]] table: each of its runs at each of its sizes (the family's test
-    sizes the version takes if `test_sizes`, and `sizes`) where `when` holds."""
+    sizes the version takes if `test_sizes`, and `sizes`) where `when` holds; `slow`: all of its
+    cases are left to the slow test run (CI runs both), e.g. a table that adds coverage whose
+    build would lengthen the quick run."""
 
     test_sizes: bool
     sizes: tuple[dict[str, int], ...]
     when: str | None
     runs: tuple[EmulatorRun, ...]
+    slow: bool = False
 
 
 @dataclass(frozen=True)
@@ -750,14 +753,14 @@ def _emulator_run(text: Any, block_sizes: tuple, where: str) -> EmulatorRun:
 
 def _emulate(tables: list, family: "Family", block_sizes: tuple, where: str) -> tuple[EmulatorCases, ...]:
     """The header's [[emulate]] tables: runs = [...], and optionally sizes = [...] (size tables,
-    and "test" for the family's test sizes; default ["test"]) and when = "an expression of the
-    sizes"."""
+    and "test" for the family's test sizes; default ["test"]), when = "an expression of the
+    sizes" and slow = true (every case in the slow test run only)."""
     out = []
     for i, t in enumerate(tables):
         w = f"{where} emulate[{i}]"
         if not isinstance(t, dict):
             raise ContractError(f"{w}: expected a table ([[emulate]])")
-        _no_extra(t, {"sizes", "when", "runs"}, w)
+        _no_extra(t, {"sizes", "when", "runs", "slow"}, w)
         runs = _want(t, "runs", list, w)
         if not runs:
             raise ContractError(f"{w}: runs is empty")
@@ -770,7 +773,8 @@ def _emulate(tables: list, family: "Family", block_sizes: tuple, where: str) -> 
         if when is not None and (unknown := expr.names(when) - set(family.sizes) - set(family.derived)):
             raise ContractError(f"{w}: when {when!r} uses unknown name(s) {', '.join(sorted(unknown))}")
         runs = tuple(_emulator_run(r, block_sizes, w) for r in runs)
-        out.append(EmulatorCases("test" in sizes, listed, when, runs))
+        slow = _want(t, "slow", bool, w, False)
+        out.append(EmulatorCases("test" in sizes, listed, when, runs, slow))
     return tuple(out)
 
 

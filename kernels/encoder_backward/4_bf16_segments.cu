@@ -84,6 +84,7 @@ block = "block_size"
 args = ["dwte", "partial", "sorted_token", "starts", "counts", "C", "V"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 when = "B * T * C <= 20000"
 runs = ["seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */

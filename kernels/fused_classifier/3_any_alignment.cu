@@ -21,6 +21,7 @@ block = "block_size"
 args = ["logits", "losses", "targets", "dloss", "N", "V", "Vp"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 when = "B * T * Vp <= 160000"
 runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */

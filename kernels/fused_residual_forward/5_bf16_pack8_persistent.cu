@@ -37,6 +37,7 @@ shared = "4 * C"
 args = ["residual", "normed", "mean", "rstd", "inp1", "inp2", "weight", "bias", "N", "C", "eps"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 when = "B * T * C <= 20000"
 runs = ["seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */

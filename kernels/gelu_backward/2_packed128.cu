@@ -19,6 +19,7 @@ block = "block_size"
 args = ["dinp", "inp", "dout", "N"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 when = "B * T * C <= 20000"
 runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */

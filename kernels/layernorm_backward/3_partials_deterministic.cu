@@ -42,6 +42,7 @@ block = [32, 32]
 args = ["dweight", "dbias", "partial", "groups", "C"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ B = 2, T = 3, C = 37 }, { B = 1, T = 70, C = 300 }]
 runs = ["bs=64 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */

@@ -43,6 +43,7 @@ block = [32, 32]
 args = ["dweight", "dbias", "partial", "groups", "C"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 when = "B * T * C <= 20000"
 runs = ["seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */

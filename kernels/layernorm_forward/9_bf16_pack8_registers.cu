@@ -39,6 +39,7 @@ shared = "4 * C"
 args = ["out", "mean", "rstd", "inp", "weight", "bias", "N", "C", "eps"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 when = "B * T * C <= 20000"
 runs = ["seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */

@@ -29,6 +29,7 @@ block = [32, 8]
 args = ["dbias", "partial", "min(cdiv(N, (block_size // 32) * 8), 65535)", "OC"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ B = 2, T = 3, OC = 36 }, { B = 1, T = 300, OC = 520 }]
 runs = ["bs=128 seed=0 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */

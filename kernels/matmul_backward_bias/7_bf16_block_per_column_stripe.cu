@@ -18,6 +18,7 @@ block = [32, 8]
 args = ["dbias", "dout", "N", "OC"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ B = 2, T = 3, OC = 37 }, { B = 1, T = 300, OC = 520 }]
 runs = ["bs=256 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */

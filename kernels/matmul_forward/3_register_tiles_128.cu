@@ -23,6 +23,7 @@ block = 256
 args = ["out", "inp", "weight", "bias", "N", "C", "OC"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ B = 1, T = 128, C = 24, OC = 256 }]
 runs = ["seed=0 PRIORITY", "seed=1 SHUFFLE order=3"]
 */

@@ -31,6 +31,7 @@ block = "block_size"
 args = ["q", "k", "v", "inp", "B", "T", "NH", "HS"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 when = "B * T * NH * HS <= 20000"
 runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */

@@ -34,6 +34,7 @@ block = "block_size"
 args = ["out", "partial", "blocks"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ N = 3 }, { N = 5000 }]
 runs = ["bs=64 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE order=3"]
 */

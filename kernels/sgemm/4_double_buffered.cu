@@ -20,6 +20,7 @@ block = 256
 args = ["C", "A", "B", "M", "N", "K"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ M = 128, N = 256, K = 24 }]
 runs = ["seed=0 PRIORITY", "seed=1 SHUFFLE order=3"]
 */

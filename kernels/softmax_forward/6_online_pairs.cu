@@ -18,6 +18,7 @@ block = "block_size"
 args = ["out", "inp", "N", "V"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ N = 3, V = 37 }, { N = 2, V = 1025 }]
 runs = ["bs=32 seed=0 PRIORITY", "bs=256 seed=1 SHUFFLE"]
 */

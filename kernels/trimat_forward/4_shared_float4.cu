@@ -20,6 +20,7 @@ block = 256
 args = ["preatt", "qkv", "B", "T", "NH", "HS", "1.0 / sqrt(HS)"]
 
 [[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
 sizes = [{ B = 1, T = 70, NH = 2, HS = 8 }]
 runs = ["seed=0 PRIORITY", "seed=1 SHUFFLE order=3"]
 */

@@ -23,7 +23,7 @@ import numpy as np
 from workbench import expr
 from workbench.check import compare, from_storage, make_case, poison
 from workbench.compile import flatten
-from workbench.family import ARG_TYPES, BUFFER_OFFSET, EmulatorRun, Version
+from workbench.family import ARG_TYPES, BUFFER_OFFSET, EmulatorCases, EmulatorRun, Version
 from workbench.launch import ITEMSIZE
 
 HERE = Path(__file__).resolve().parent
@@ -314,13 +314,18 @@ def cases(version: Version) -> list[tuple[dict, EmulatorRun]]:
     """The version's header's [[emulate]] cases (kernels/README.md): (sizes, run) for each run of
     each table at each of its sizes (the family's test sizes the version takes, where "test" is
     listed, and the sizes listed) where the table's `when` holds."""
+    return [(sizes, run) for sizes, run, _table in table_cases(version)]
+
+
+def table_cases(version: Version) -> list[tuple[dict, EmulatorRun, EmulatorCases]]:
+    """cases(), each with the [[emulate]] table it comes from (whose `slow` says where it runs)."""
     fam = version.family
     out = []
     for table in version.emulate:
         every = [*(s for s in fam.test_sizes if not version.unmet(s) and table.test_sizes), *table.sizes]
         for sizes in every:
             if table.when is None or expr.evaluate(table.when, fam.env(sizes)):
-                out += [(dict(sizes), run) for run in table.runs]
+                out += [(dict(sizes), run, table) for run in table.runs]
     return out
 
 
