@@ -626,8 +626,8 @@ class Program(ProgramBuffers, ProgramPasses, ProgramMLP, ProgramUpdate):
         unknown = sorted(set(fused) - set(FUSED))
         if unknown:
             raise ValueError(f"fused may name {', '.join(FUSED)}, not {', '.join(unknown)}")
-        if FUSED_QKV_BIAS in fused and attention == "relu":
-            raise ValueError(f"{FUSED_QKV_BIAS} holds for softmax attention only, not --attention relu")
+        if refused := [f for f in fused if f not in fused_for(attention, fused)]:  # fused_for: the one rule
+            raise ValueError(f"{', '.join(refused)} holds for softmax attention only, not --attention {attention}")
         if recompute not in RECOMPUTED:
             raise ValueError(f"recompute must be one of {', '.join(map(str, RECOMPUTED))}")
         self.precision, self.fused = precision, tuple(fused)

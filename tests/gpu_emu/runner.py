@@ -61,6 +61,7 @@ def _emulated_source(source: str) -> str:
 
 
 def _driver_source(version: Version, arities: dict[str, int], extra: str = "") -> str:
+    source = flatten(version.path)
     calls = []
     for name, n in sorted(arities.items()):
         args = ", ".join(f"a[{i}]" for i in range(n))
@@ -70,9 +71,9 @@ def _driver_source(version: Version, arities: dict[str, int], extra: str = "") -
 #include "emu_bf16.h"
 #include "emu_mma.h"
 {extra}
-{_shared_aliases(flatten(version.path))}
+{_shared_aliases(source)}
 // ---- {version.path}, its local headers inlined ----
-{_emulated_source(flatten(version.path))}
+{_emulated_source(source)}
 #include <fstream>
 #include <sstream>
 #include <string>
