@@ -23,6 +23,12 @@ kernel = "fused_classifier5"
 grid = "N"
 block = "block_size"
 args = ["logits", "losses", "targets", "dloss", "N", "V", "Vp"]
+
+# Nine rows of odd Vp start at every 16-byte offset; padding of 8 and 18 columns.
+[[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
+sizes = ["test", { B = 1, T = 9, V = 3, Vp = 11 }, { B = 3, T = 3, V = 1001, Vp = 1019 }]
+runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */
 #include <cfloat>
 #include "bf16.cuh"            // bf16, to_float

@@ -39,6 +39,25 @@ when = "block_size == 512"
 grid = "N"
 block = "block_size"
 args = ["logits", "losses", "targets", "dloss", "N", "V", "Vp"]
+
+# The quick run's cases (one build for softmax_bf16.cuh's packs, slots, byte permutes, bf16x2
+# conversions and maxes). V = 51209 puts 6400-6401 packs of real columns in rows with heads 0,
+# 5, 2: at 128 threads exactly the 6400 slots, or one pack past them (the overflow path). Nine
+# rows of odd Vp start at every 16-byte offset; at 512 threads most slots are past the row.
+[[emulate]]
+sizes = [{ B = 1, T = 3, V = 51209, Vp = 51211 }]
+runs = ["seed=0 PRIORITY"]
+
+[[emulate]]
+sizes = [{ B = 3, T = 3, V = 1001, Vp = 1019 }]
+runs = ["bs=512 seed=1 SHUFFLE order=3"]
+
+# The rest, and padding of 8 columns with no packs.
+[[emulate]]
+slow = true  # coverage CI runs in its slow set
+sizes = ["test", { B = 1, T = 9, V = 3, Vp = 11 }, { B = 3, T = 3, V = 1001, Vp = 1019 },
+  { B = 1, T = 3, V = 51209, Vp = 51211 }]
+runs = ["seed=2 PRIORITY", "bs=256 seed=3 PRIORITY", "bs=512 seed=4 SHUFFLE order=5"]
 */
 #include <cfloat>
 #include "bf16.cuh"            // bf16, to_float

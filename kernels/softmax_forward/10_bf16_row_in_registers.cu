@@ -46,6 +46,14 @@ when = "block_size == 512"
 grid = "N"
 block = "block_size"
 args = ["out", "inp", "N", "V"]
+
+# Nine rows of odd length start at every 16-byte offset; V = 51209 puts 6400-6401 packs in rows
+# with heads 0, 7, 6: exactly the 6400 slots of 128 and 256 threads, or one pack past them (the
+# overflow path, as V = 60001 throughout).
+[[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
+sizes = ["test", { N = 9, V = 5 }, { N = 9, V = 1001 }, { N = 3, V = 51209 }]
+runs = ["seed=0 PRIORITY", "bs=256 seed=2 PRIORITY", "bs=512 seed=1 SHUFFLE order=3"]
 */
 #include <cfloat>
 #include <cstdint>

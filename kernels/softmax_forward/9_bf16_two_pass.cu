@@ -23,6 +23,12 @@ kernel = "softmax_forward9"
 grid = "N"
 block = "block_size"
 args = ["out", "inp", "N", "V"]
+
+# Nine rows of odd length start at every 16-byte offset (0-7 scalar columns before the packs).
+[[emulate]]
+slow = true  # coverage CI runs in its slow set (the build would lengthen the quick run)
+sizes = ["test", { N = 9, V = 5 }, { N = 9, V = 1001 }]
+runs = ["seed=0 PRIORITY", "bs=1024 seed=1 SHUFFLE order=3"]
 */
 #include <cfloat>
 #include <cstdint>

@@ -42,7 +42,12 @@ struct dim3 {
 struct float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline float2 make_float2(float x, float y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
@@ -52,15 +57,37 @@ inline int max(int a, int b) { return a > b ? a : b; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // CUDA's reciprocal square root
 inline float __expf(float x) { return std::exp(x); }  // CUDA's fast exponential (exact here)
-template <class T> inline T __ldcs(const T* p) { return *p; }
-template <class T> inline T __ldg(const T* p) { return *p; }
-template <class T> inline T __ldcg(const T* p) { return *p; }
-template <class T> inline void __stcs(T* p, T v) { *p = v; }
 
 [[noreturn]] inline void emu_fail(const char* what) {
     std::fprintf(stderr, "EMU FAILURE: %s\n", what);
     std::fflush(stderr);
     std::abort();
+}
+
+// The cache-hinted loads and stores: plain accesses here, checked for their type's alignment (a
+// misaligned vector access faults on the GPU; the emulator's types are no more aligned than CUDA's).
+template <class T> inline void emu_check_aligned(const T* p, const char* what) {
+    if (reinterpret_cast<uintptr_t>(p) % alignof(T)) emu_fail((std::string(what) + ": address not aligned to its type").c_str());
+}
+template <class T> inline T __ldcs(const T* p) { emu_check_aligned(p, "__ldcs"); return *p; }
+template <class T> inline T __ldg(const T* p) { emu_check_aligned(p, "__ldg"); return *p; }
+template <class T> inline T __ldcg(const T* p) { emu_check_aligned(p, "__ldcg"); return *p; }
+template <class T> inline void __stcs(T* p, T v) { emu_check_aligned(p, "__stcs"); *p = v; }
+
+// __byte_perm(x, y, s): PTX prmt.b32 in its default mode, which the intrinsic compiles to. The
+// eight bytes of {y, x} (x bytes 0-3, y bytes 4-7); result byte n from nibble n of s (the upper
+// 16 bits unused): its low 3 bits pick the byte, its bit 3 replicates the picked byte's sign bit
+// over the 8 bits (CUDA's documentation names only the low 3 bits; the PTX ISA gives bit 3).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    uint64_t bytes = (uint64_t(y) << 32) | x;
+    unsigned out = 0;
+    for (int n = 0; n < 4; n++) {
+        unsigned ctl = (s >> (4 * n)) & 0xfu;
+        unsigned b = unsigned(bytes >> (8 * (ctl & 7u))) & 0xffu;
+        if (ctl & 8u) b = (b & 0x80u) ? 0xffu : 0u;
+        out |= b << (8 * n);
+    }
+    return out;
 }
 
 // ---- shared memory -------------------------------------------------------------------------

@@ -36,6 +36,28 @@ inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) {
     return old;
 }
 
+// Inline PTX on bf16 pairs, which runner.py's PTX table turns the kernels' asm statements into
+// (low half: value 0 of the pair), as the PTX ISA defines them:
+// cvt.rn.bf16x2.f32 d, a, b: d = {a rounded to bf16 in the high half, b in the low}, round to
+// nearest even (subnormals kept, overflow to inf), any NaN the canonical 0x7FFF (CUDART_NAN_BF16).
+inline uint32_t emu_bf16_rn_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+inline unsigned emu_cvt_rn_bf16x2_f32(float a, float b) { return (emu_bf16_rn_bits(a) << 16) | emu_bf16_rn_bits(b); }
+// max.bf16x2 d, a, b: each half the larger (-0 < +0); a NaN loses to a number, two NaNs give 0x7FFF.
+inline uint32_t emu_bf16_max_bits(uint32_t a, uint32_t b) {
+    bool na = (a & 0x7fffu) > 0x7f80u, nb = (b & 0x7fffu) > 0x7f80u;
+    if (na || nb) return na && nb ? 0x7fffu : na ? b : a;
+    auto key = [](uint32_t h) { return h & 0x8000u ? -int(h & 0x7fffu) - 1 : int(h); };  // order of the values, -0 below +0
+    return key(a) >= key(b) ? a : b;
+}
+inline unsigned emu_max_bf16x2(unsigned a, unsigned b) {
+    return (emu_bf16_max_bits(a >> 16, b >> 16) << 16) | emu_bf16_max_bits(a & 0xffffu, b & 0xffffu);
+}
+
 struct alignas(16) Pack8 {
     bf16 v[8];
 };

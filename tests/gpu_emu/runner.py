@@ -55,9 +55,120 @@ def _emulated_source(source: str) -> str:
     declared without extern, e.g. reduce.cuh's slots) becomes a C++ static: one array that every
     thread of the block sees, as on the GPU (blocks run one at a time here, so one array serves
     them all in turn; unlike the dynamic shared memory it is not poisoned between blocks). emu.h
-    defines __shared__ as nothing, which alone would give every emulated thread its own copy."""
+    defines __shared__ as nothing, which alone would give every emulated thread its own copy.
+    Inline PTX becomes the emulator's model of it (PTX, below), or a build error if unmodelled."""
     source = re.sub(r"\bextern\s+__shared__\b", "extern __shared__", source)
-    return STATIC_SHARED.sub("static", source)
+    return _emulated_asm(STATIC_SHARED.sub("static", source))
+
+
+# ---- inline PTX ---------------------------------------------------------------------------------
+# The asm statements the emulator models, outside the wrappers whose whole headers it replaces
+# (emu_mma.h): the instruction (its template, whitespace collapsed) -> the operands' constraints
+# in order (outputs, then inputs) and the C++ statement it becomes, operand k as {k}. The
+# functions are emu_bf16.h's. A statement that matches none (another instruction, other
+# constraints, clobbers) becomes a call to a function that g++ rejects wherever the call is
+# compiled into the driver (GCC's error attribute, with the asm's text in the message): as on the
+# GPU, asm in a branch the preprocessor drops (#if __CUDA_ARCH__) or in a function nothing calls
+# costs nothing.
+PTX = {
+    "cvt.rn.bf16x2.f32 %0, %1, %2;": (("=r", "f", "f"), "{0} = emu_cvt_rn_bf16x2_f32({1}, {2});"),
+    "max.bf16x2 %0, %1, %2;": (("=r", "r", "r"), "{0} = emu_max_bf16x2({1}, {2});"),
+}
+
+# What the scan over a source steps over whole: comments, string and character literals; and the
+# asm keyword, the start of a statement to rewrite.
+_TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|'
+                    r'(?P<asm>\b(?:asm|__asm__)(?:\s+(?:volatile|__volatile__))?\s*\()', re.S)
+_PAREN_OR_TOKEN = re.compile(r'[()]|//|/\*|"|\'')
+_STRING = re.compile(r'"((?:\\.|[^"\\])*)"')
+
+
+def _asm_end(source: str, start: int) -> int:
+    """The index just past the `)` that closes the `(` before `start` (literals and comments
+    skipped)."""
+    depth, i = 1, start
+    while depth:
+        m = _PAREN_OR_TOKEN.search(source, i)
+        if m is None:
+            raise ValueError(f"unbalanced asm statement at offset {start}")
+        if m.group() in ("(", ")"):
+            depth += 1 if m.group() == "(" else -1
+            i = m.end()
+        else:
+            t = _TOKEN.match(source, m.start())
+            i = t.end() if t else m.end()
+    return i
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` outside brackets and literals."""
+    parts, depth, cur, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c in "\"'":
+            t = _TOKEN.match(text, i)
+            i = t.end() if t else i + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == sep and depth == 0:  # "::" (no outputs) is two separators
+            parts.append(text[cur:i])
+            cur = i + 1
+        i += 1
+    parts.append(text[cur:])
+    return parts
+
+
+def _asm_model(inside: str) -> str | None:
+    """The C++ statement for the asm statement whose parenthesised part is `inside`, or None."""
+    sections = _split_top(inside, ":")
+    if not 2 <= len(sections) <= 3:  # template, outputs, inputs; no clobbers, no basic asm
+        return None
+    template = "".join(bytes(m, "ascii").decode("unicode_escape") for m in _STRING.findall(sections[0]))
+    if _STRING.sub("", sections[0]).strip():
+        return None
+    model = PTX.get(" ".join(template.split()))
+    if model is None:
+        return None
+    constraints, statement = model
+    operands = []
+    for section in sections[1:]:
+        for op in filter(str.strip, _split_top(section, ",")):
+            m = re.fullmatch(r'\s*"([^"]*)"\s*\((.*)\)\s*', op, re.S)
+            if m is None:
+                return None
+            operands.append((m.group(1), m.group(2).strip()))
+    if tuple(c for c, _ in operands) != constraints:
+        return None
+    return statement.format(*(f"({e})" for _, e in operands))
+
+
+def _emulated_asm(source: str) -> str:
+    """`source` with every asm statement rewritten: a modelled one to its model, any other to a
+    call that fails the build if it is compiled (each site its own function, declared first, whose
+    error message quotes the statement). Line breaks (and a macro's continuations) are kept."""
+    out, unknown, i = [], [], 0
+    while (m := _TOKEN.search(source, i)) is not None:
+        if not m.group("asm"):  # a comment or a literal
+            out.append(source[i:m.end()])
+            i = m.end()
+            continue
+        end = _asm_end(source, m.end())
+        semi = re.compile(r"\s*;").match(source, end)
+        stmt_end = semi.end() if semi else end
+        text = source[m.start():stmt_end]
+        model = _asm_model(source[m.end():end - 1]) if semi else None
+        if model is None:
+            message = " ".join(text.split()).replace("\\", "\\\\").replace('"', '\\"')
+            unknown.append(f'[[gnu::error("inline PTX the emulator does not model (tests/gpu_emu/runner.py PTX): '
+                           f'{message}")]] void emu_unmodelled_asm_{len(unknown)}();')
+            model = f"emu_unmodelled_asm_{len(unknown) - 1}();"
+        out.append(source[i:m.start()] + model + "".join(re.findall(r"\\?\n", text)))  # a macro's too
+        i = stmt_end
+    out.append(source[i:])
+    return "\n".join(unknown) + ("\n" if unknown else "") + "".join(out)
 
 
 def _driver_source(version: Version, arities: dict[str, int], extra: str = "") -> str:
