@@ -213,7 +213,8 @@ int main() {
     unsigned a, b, c;
     while (std::cin >> op >> std::hex >> a >> b >> c) {
         unsigned r = op == "perm" ? __byte_perm(a, b, c)
-                   : op == "pack" ? pack2(__uint_as_float(a), __uint_as_float(b)) : max2(a, b);
+                   : op == "pack" ? pack2(__uint_as_float(a), __uint_as_float(b))
+                   : op == "one" ? unsigned(__float2bfloat16_rn(__uint_as_float(a)).bits) : max2(a, b);
         std::cout << std::hex << r << "\n";
     }
 }
@@ -232,7 +233,8 @@ def build_ops(tmp_path, source):
 
 @pytest.fixture(scope="module")
 def emu_op(tmp_path_factory):
-    """emu_op(op, rows): the driver's results for rows of (a, b, c), op "perm", "pack" or "max"."""
+    """emu_op(op, rows): the driver's results for rows of (a, b, c), op "perm", "pack", "one"
+    (__float2bfloat16_rn of a) or "max"."""
     if shutil.which("g++") is None:
         pytest.skip("the emulator needs g++")
     exe, err = build_ops(tmp_path_factory.mktemp("ops"), OPS)
@@ -368,6 +370,12 @@ def test_cvt_rn_bf16x2_f32_random(emu_op):
     want = [(bf16_rn_expected(hi) << 16) | bf16_rn_expected(lo) for lo, hi, _ in rows]
     assert [f"{v:08x}" for v in emu_op("pack", rows)] == [f"{v:08x}" for v in want]
 
+
+
+def test_float2bfloat16_rn_rounds_as_the_pair_conversion(emu_op):
+    """The scalar conversion (cvt.rn.bf16.f32 on the GPU) rounds as the pair's does, any NaN to 0x7FFF."""
+    rows = [(b, 0, 0) for b in BF16_SPECIAL]
+    assert [f"{v:04x}" for v in emu_op("one", rows)] == [f"{v:04x}" for v in BF16_SPECIAL.values()]
 
 def test_max_bf16x2(emu_op):
     halves = [0x0000, 0x8000, 0x3F80, 0xBF80, 0x3F81, 0x7F80, 0xFF80, 0x7F7F, 0x0001, 0x8001, 0x7FC0, 0xFFC0, 0x7F81, 0x7FFF]

@@ -19,13 +19,15 @@ inline float __bfloat162float(__nv_bfloat16 v) {
     std::memcpy(&f, &u, 4);
     return f;
 }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) {  // round to nearest even, NaN kept NaN
+// A float's bits rounded to bf16 as the GPU's cvt.rn.bf16.f32 does: to nearest even (subnormals
+// kept, overflow to inf), any NaN the canonical 0x7FFF (CUDART_NAN_BF16).
+inline uint32_t emu_bf16_rn_bits(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t(0x7fc0)};
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return {uint16_t(u >> 16)};
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {uint16_t(emu_bf16_rn_bits(f))}; }
 inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)}; }
 // sm_80's bf16x2 atomic: each half added in float and rounded once, as the GPU does.
 inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) {
@@ -40,12 +42,6 @@ inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) {
 // (low half: value 0 of the pair), as the PTX ISA defines them:
 // cvt.rn.bf16x2.f32 d, a, b: d = {a rounded to bf16 in the high half, b in the low}, round to
 // nearest even (subnormals kept, overflow to inf), any NaN the canonical 0x7FFF (CUDART_NAN_BF16).
-inline uint32_t emu_bf16_rn_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
 inline unsigned emu_cvt_rn_bf16x2_f32(float a, float b) { return (emu_bf16_rn_bits(a) << 16) | emu_bf16_rn_bits(b); }
 // max.bf16x2 d, a, b: each half the larger (-0 < +0); a NaN loses to a number, two NaNs give 0x7FFF.
 inline uint32_t emu_bf16_max_bits(uint32_t a, uint32_t b) {
