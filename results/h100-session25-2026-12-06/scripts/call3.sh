@@ -29,16 +29,16 @@ for b in 16 32; do
   tr torch_b$b python3 -m train.torch_baseline --precision bf16 -b $b --steps 50
   tr P_b${b}_2 $W train --precision bf16 $S -b $b
 done
+tr P_b32_3 $W train --precision bf16 $S -b 32
 tr F_b4_1 $W train --precision fp32 $S -b 4
 tr torch_f_b4 python3 -m train.torch_baseline --precision fp32 -b 4 --steps 50
 tr F_b4_2 $W train --precision fp32 $S -b 4
-left 330 && tr P_b32_3 $W train --precision bf16 $S -b 32
-left 340 && tr P_b32_r1 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 32 --recompute 1
-left 350 && tr P_b64_r1 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 64 --recompute 1
-left 365 && tr P_b64_r2 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 64 --recompute 2
+left 420 && tr P_b32_r1 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 32 --recompute 1
+left 430 && tr P_b64_r1 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 64 --recompute 1
+left 445 && tr P_b64_r2 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 64 --recompute 2
 P="python3 -m pytest -m gpu -q -rs -p no:cacheprovider"
-( left 400 && t timeout 170 $P --timeout 160 tests/test_gpu_train.py -k "match_pytorch or same_losses" > $o/gpu_train.txt 2>&1 ) &
-( left 400 && t timeout 170 $P --timeout 160 tests/test_gpu_trainer_runs.py -k "bf16_follows_fp32" > $o/gpu_follows.txt 2>&1 ) &
+( left 470 && t timeout 110 $P --timeout 100 tests/test_gpu_train.py -k "match_pytorch or same_losses" > $o/gpu_train.txt 2>&1 ) &
+( left 470 && t timeout 110 $P --timeout 100 tests/test_gpu_trainer_runs.py -k "bf16_follows_fp32" > $o/gpu_follows.txt 2>&1 ) &
 wait
 python3 - $o/train > $o/summary.txt 2>&1 <<'PY'
 import json, sys, glob, os
