@@ -162,7 +162,7 @@ def host_gpu(monkeypatch, request):
             self.synchronize()
             return True
 
-    device = types.SimpleNamespace(name=lambda: "host")
+    device = types.SimpleNamespace(name=lambda: "host", pci_bus_id=lambda: "0000:00:00.0")  # NVML finds none: no power line
     drv = types.SimpleNamespace(Stream=Stream, Event=Event, event_flags=types.SimpleNamespace(DISABLE_TIMING=2),
                                 pagelocked_empty=lambda shape, dtype: np.zeros(shape, dtype),
                                 memcpy_htod_async=htod, memcpy_dtoh_async=dtoh, mem_get_info=lambda: (0, 0),

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from references.encoder_backward import encoder_backward_plan
+from workbench.power import PowerMeter, Reading, summarize
 from workbench.promote import entry_key
 from workbench.timing import matmul_peak
 
@@ -74,6 +75,7 @@ class StepRecord:
     mfu: float
     host_us: float
     lr: float
+    power: Reading | None = None  # the GPU's draw, SM clock and clock reasons, read as the step ended
 
 
 @dataclass
@@ -449,7 +451,9 @@ class TrainLoop:
             self.start = run.resume.step
         peak_kind = "bf16" if o.precision == "bf16" else ("tf32" if o.tf32 else "fp32")
         self.peak = matmul_peak(peak_kind) if dist.is_root else math.nan
-        ui.device_line(self.trainer.drv.Context.get_device().name(), peak_kind, self.peak)
+        device = self.trainer.drv.Context.get_device()
+        ui.device_line(device.name(), peak_kind, self.peak)
+        self.power = PowerMeter(device.pci_bus_id())
         memory = self.trainer.backend.memory()
         ui.memory_table(memory, memory_groups(memory))
         _notes(self.trainer, run, ui)
@@ -559,7 +563,7 @@ class TrainLoop:
             s["memory"] = memory_report(trainer, free)
         tps = self.run.total_batch / (ms / 1e3)
         mfu = 100 * self.flops_per_tok * tps / self.dist.world / (self.peak * 1e12)
-        rec = StepRecord(step + 1, loss, ms, tps, mfu, host_us, lr)
+        rec = StepRecord(step + 1, loss, ms, tps, mfu, host_us, lr, self.power.read())
         trainer.records.append(rec)
         s["losses"].append(loss)
         s["lrs"].append(lr)
@@ -586,11 +590,13 @@ class TrainLoop:
             path = trainer.save(o.save)
             s["saved"] = str(path)
             self.ui.note(f"saved {path}")
-        s.update(timing(trainer.records), peak_tflops=self.peak, peak_memory=trainer.backend.memory(),
+        s.update(timing(trainer.records, self.power.limit_w, self.power.max_mhz), peak_tflops=self.peak,
+                 peak_memory=trainer.backend.memory(),
                  graph_nodes={GRAPH_NAMES[kind]: g.nodes for kind, g in trainer.graphs.items()})
         if o.json and dist.is_root:
             Path(o.json).parent.mkdir(parents=True, exist_ok=True)
             formats.atomic_write(o.json, [json.dumps(s, indent=1, default=str).encode() + b"\n"])
+        self.power.close()
         if not failed:  # after a failure the GPU may be stuck on a dead peer: the process just ends
             trainer.release()
 
@@ -615,13 +621,15 @@ def train(run: Run, ui, dist) -> dict:
     return TrainLoop(run, ui, dist).go()
 
 
-def timing(records: list[StepRecord]) -> dict:
-    """Median step figures over steps 10-50 (the first steps warm up and capture the graph)."""
+def timing(records: list[StepRecord], power_limit_w: float | None = None, sm_max_mhz: int | None = None) -> dict:
+    """Median step figures over steps 10-50 (the first steps warm up and capture the graph), and
+    the GPU's power and SM clock over the same steps where they were read (workbench/power.py)."""
     span = [r for r in records if 10 <= r.step <= 50] or records[1:] or records
     if not span:
         return {}
+    power = summarize([r.power for r in span if r.power is not None], power_limit_w, sm_max_mhz)
     return {"median_ms": float(np.median([r.ms for r in span])),
             "median_tokens_per_s": float(np.median([r.tokens_per_s for r in span])),
             "median_mfu": float(np.median([r.mfu for r in span])),
             "median_host_us": float(np.median([r.host_us for r in span])),
-            "window": f"steps {span[0].step}-{span[-1].step}"}
+            "window": f"steps {span[0].step}-{span[-1].step}", **({"power": power} if power else {})}

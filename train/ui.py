@@ -8,6 +8,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from workbench.power import describe
+
 
 class TrainUI:
     """What `workbench train` prints on rank 0: the run's parameters, the model, memory, each step
@@ -73,3 +75,5 @@ class TrainUI:
             self.console.print(f"[bold]average step[/] ({s['window']}, median): {s['median_ms']:.2f} ms, "
                                f"{s['median_tokens_per_s']:,.0f} tok/s, MFU {s['median_mfu']:.1f}%, "
                                f"host {s['median_host_us']:.0f} µs per step outside the graph")
+        if s.get("power"):
+            self.console.print(f"[bold]GPU power[/] over the same steps: {escape(describe(s['power']))}")

@@ -1,0 +1,125 @@
+"""The GPU's power draw, SM clock and the reasons its clock is held down, read through NVML
+(libnvidia-ml.so.1, which the NVIDIA driver installs beside libcuda), for a run to say whether
+the power limit set its clock.
+
+Why it matters: a step of compute-bound kernels can draw the board's whole power limit (the
+H100's bf16 GPT-2 step at B=32 does: results/notes/trainer_step.md, session 24), and the driver
+then lowers the SM clock until the draw fits. There a kernel that is faster alone, doing the same
+arithmetic for the same energy, buys the step less than its time alone says, while memory-bound
+kernels are not slowed. `workbench train` reads a `PowerMeter` once a step and its summary gives
+the medians and how often the power cap was the reason (`summarize`).
+
+Where NVML cannot be loaded or does not know the device, the meter reads nothing (`why` says
+why) and the run goes on without the figures."""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+from dataclasses import dataclass
+
+NVML_LIB = "libnvidia-ml.so.1"
+NVML_CLOCK_SM = 1
+# nvmlClocksEventReasons (formerly ClocksThrottleReasons) bits
+SW_POWER_CAP = 0x4
+HW_SLOWDOWN = 0x8
+SW_THERMAL = 0x20
+HW_THERMAL = 0x40
+HW_POWER_BRAKE = 0x80
+REASONS = {SW_POWER_CAP: "power cap", HW_SLOWDOWN: "hardware slowdown", SW_THERMAL: "thermal (driver)",
+           HW_THERMAL: "thermal (hardware)", HW_POWER_BRAKE: "power brake"}
+
+
+@dataclass(frozen=True)
+class Reading:
+    watts: float
+    sm_mhz: int
+    reasons: int  # the event-reason bits active when read
+
+
+class PowerMeter:
+    """NVML's view of one GPU, found by its PCI bus id as CUDA gives it (e.g. 0000:00:06.0).
+    `read()` is a Reading, or None when the meter is off (`why`)."""
+
+    def __init__(self, pci_bus_id: str, lib: str = NVML_LIB):
+        self.why: str | None = None
+        self.limit_w: float | None = None
+        self.max_mhz: int | None = None
+        self._nvml = self._handle = None
+        try:
+            self._open(pci_bus_id, lib)
+        except Exception as e:  # noqa: BLE001: a meter that cannot read must never stop a run
+            self.why = f"NVML failed: {e}"
+            self.close()
+
+    def _open(self, pci_bus_id: str, lib: str) -> None:
+        try:
+            nvml = ctypes.CDLL(lib)
+        except OSError as e:
+            self.why = f"NVML could not be loaded ({e})"
+            return
+        if nvml.nvmlInit_v2() != 0:
+            self.why = "NVML did not initialise"
+            return
+        self._nvml = nvml
+        handle = ctypes.c_void_p()
+        domain, _, rest = pci_bus_id.partition(":")
+        for bus_id in (pci_bus_id, f"{int(domain, 16):08x}:{rest}" if rest else pci_bus_id):
+            if nvml.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode(), ctypes.byref(handle)) == 0:
+                self._handle = handle
+                break
+        else:
+            self.why = f"NVML knows no GPU at PCI bus id {pci_bus_id}"
+            self.close()
+            return
+        # the event reasons' current name, or the older one (the same bits) on an older driver
+        self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        mw, mhz = ctypes.c_uint(), ctypes.c_uint()
+        if nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle, ctypes.byref(mw)) == 0:
+            self.limit_w = mw.value / 1000
+        if nvml.nvmlDeviceGetMaxClockInfo(self._handle, NVML_CLOCK_SM, ctypes.byref(mhz)) == 0:
+            self.max_mhz = mhz.value
+
+    def read(self) -> Reading | None:
+        if self._handle is None:
+            return None
+        nvml, h = self._nvml, self._handle
+        mw, mhz, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+        try:
+            if (nvml.nvmlDeviceGetPowerUsage(h, ctypes.byref(mw))
+                    or nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM, ctypes.byref(mhz))
+                    or self._reasons(h, ctypes.byref(reasons))):
+                return None
+        except Exception:  # noqa: BLE001
+            return None
+        return Reading(mw.value / 1000, mhz.value, reasons.value)
+
+    def close(self) -> None:
+        nvml, self._nvml, self._handle = self._nvml, None, None
+        if nvml is not None:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def summarize(readings: list[Reading], limit_w: float | None = None, max_mhz: int | None = None) -> dict:
+    """The medians of `readings` and the share of them (0-1) held down by each reason seen; {}
+    for none."""
+    if not readings:
+        return {}
+    shares = {name: sum(1 for r in readings if r.reasons & bit) / len(readings)
+              for bit, name in REASONS.items() if any(r.reasons & bit for r in readings)}
+    return {"readings": len(readings), "power_w": statistics.median(r.watts for r in readings),
+            "power_limit_w": limit_w, "sm_mhz": statistics.median(r.sm_mhz for r in readings),
+            "sm_max_mhz": max_mhz, "clock_held_by": shares}
+
+
+def describe(s: dict) -> str:
+    """One line for a summarize() result."""
+    limit = f" of {s['power_limit_w']:.0f} W" if s.get("power_limit_w") else ""
+    top = f" of {s['sm_max_mhz']}" if s.get("sm_max_mhz") else ""
+    held = ", ".join(f"{name} {100 * share:.0f}%" for name, share in s["clock_held_by"].items())
+    return (f"{s['power_w']:.0f} W{limit}, SM clock {s['sm_mhz']:.0f}{top} MHz (medians of {s['readings']} readings); "
+            + (f"clock held down by: {held}" if held else "clock not held down"))
