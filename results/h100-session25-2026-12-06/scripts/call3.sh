@@ -6,7 +6,7 @@
 # shape, two rounds interleaved; the trainer against PyTorch at bf16 B=16 and B=32 (default
 # attention: cuDNN) and fp32 + TF32 B=4, ours interleaved around PyTorch's; MFU from the JSON;
 # --recompute at B=32 / 64 (memory and tokens/s); then the trainer-vs-PyTorch equality tests and
-# bf16 following fp32 within 2% over 100 steps.
+# bf16 following fp32 within 2% over 100 steps, and the new power test (workbench/power.py, 703e6e1).
 set -u
 o=$OUT/c3; mkdir -p $o/train; S_DIR=results/h100-session25-2026-12-06/scripts
 export WORKBENCH_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || cat $S_DIR/commit) COLUMNS=170
@@ -38,14 +38,15 @@ left 430 && tr P_b64_r1 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 64 --r
 left 445 && tr P_b64_r2 $W train --precision bf16 --steps 30 -v 0 -s 0 -b 64 --recompute 2
 P="python3 -m pytest -m gpu -q -rs -p no:cacheprovider"
 ( left 470 && t timeout 110 $P --timeout 100 tests/test_gpu_train.py -k "match_pytorch or same_losses" > $o/gpu_train.txt 2>&1 ) &
-( left 470 && t timeout 110 $P --timeout 100 tests/test_gpu_trainer_runs.py -k "bf16_follows_fp32" > $o/gpu_follows.txt 2>&1 ) &
+( left 470 && t timeout 110 $P --timeout 100 tests/test_gpu_trainer_runs.py -k "bf16_follows_fp32 or power" > $o/gpu_follows.txt 2>&1 ) &
 wait
 python3 - $o/train > $o/summary.txt 2>&1 <<'PY'
 import json, sys, glob, os
 for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
     j = json.load(open(f)); n = os.path.basename(f)[:-5]; mem = j.get("memory") or {}
     print(n, j.get("median_ms"), j.get("median_tokens_per_s") or j.get("tokens_per_s"), j.get("median_mfu"),
-          "buffers GiB %.1f" % (mem.get("buffers", 0) / 2**30), "used GiB %.1f" % (mem.get("gpu_used_after_capture", 0) / 2**30))
+          "buffers GiB %.1f" % (mem.get("buffers", 0) / 2**30), "used GiB %.1f" % (mem.get("gpu_used_after_capture", 0) / 2**30),
+          j.get("power"))
 PY
 cat $o/summary.txt
 for f in $o/run-*.txt; do echo "$(basename $f): $(grep -a -h 'best:' $f | cut -c1-100)"; done
