@@ -207,6 +207,33 @@ def test_the_loop_trains_and_logs_in_llmc_format(host_gpu, data, tmp_path):
     assert lines[0] == f"s:0 tel:{s['val_losses'][0][1]:.6f}" and f"s:6 trl:{s['losses'][-1]:.6f}" in lines
 
 
+
+def test_each_step_reads_the_meter_once_and_the_summary_keeps_the_timed_steps(host_gpu, data, tmp_path, monkeypatch):
+    """The loop reads the power meter once a step, while the step runs, and the summary (and its
+    JSON) gives the readings of steps 10-12 of 12: each reading tagged with the step it came
+    from here, so a reading kept from outside the window, or one missing, changes the medians."""
+    from workbench.power import SW_POWER_CAP, Reading
+
+    class Meter:
+        limit_w, max_mhz, reads, closed = 700.0, 1980, 0, False
+
+        def __init__(self, pci_bus_id):
+            assert pci_bus_id == "0000:00:00.0"
+
+        def read(self):
+            Meter.reads += 1
+            return Reading(600.0 + Meter.reads, 1500 + Meter.reads, SW_POWER_CAP if Meter.reads % 2 else 0)
+
+        def close(self):
+            Meter.closed = True
+    monkeypatch.setattr(trainer, "PowerMeter", Meter)
+    s = run(tmp_path, "p", **data, batch=2, steps=12)
+    assert Meter.reads == 12 and Meter.closed
+    p = s["power"]
+    assert p["readings"] == 3 and p["power_w"] == 611.0 and p["sm_mhz"] == 1511  # steps 10, 11, 12
+    assert p["clock_held_by"] == {"power cap": 1 / 3} and (p["power_limit_w"], p["sm_max_mhz"]) == (700.0, 1980)
+    assert json.loads((tmp_path / "p.json").read_text())["power"] == p
+
 def test_the_fused_mlp_runs_where_its_families_are_promoted_unless_no_fuse_gelu(host_gpu, data, tmp_path, monkeypatch):
     from train.model import FUSED_GELU
     plain = run(tmp_path, "plain", **data, batch=2, steps=3)

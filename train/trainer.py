@@ -75,7 +75,7 @@ class StepRecord:
     mfu: float
     host_us: float
     lr: float
-    power: Reading | None = None  # the GPU's draw, SM clock and clock reasons, read as the step ended
+    power: Reading | None = None  # the GPU's draw, SM clock and clock reasons, read while the step ran
 
 
 @dataclass
@@ -509,10 +509,11 @@ class TrainLoop:
             in_flight = self.run_ahead(step, stopping())
             if in_flight:
                 trainer.launch(data, step + 1, run.schedule(step + 1))
+            power = self.power.read()  # while `step` runs (the GPU may be idle once it is collected)
             local, ms, host_us = trainer.collect(step)
             loss_sum, stops = dist.total([local, float(interrupts.flag)], f"the losses of step {step + 1}")
             stop = stops > 0
-            self.after_step(step, loss_sum / dist.world, ms, host_us, run.schedule(step))
+            self.after_step(step, loss_sum / dist.world, ms, host_us, run.schedule(step), power)
         return False
 
     def run_ahead(self, step: int, stopping: bool) -> bool:
@@ -547,7 +548,8 @@ class TrainLoop:
         if phase:
             dist.barrier(f"rank 0's validation and sampling at step {step}")
 
-    def after_step(self, step: int, loss: float, ms: float, host_us: float, lr: float) -> None:
+    def after_step(self, step: int, loss: float, ms: float, host_us: float, lr: float,
+                   power: Reading | None = None) -> None:
         """Record optimizer step `step` + 1 (its loss the mean over the ranks); capture the graphs
         after the first; checkpoint when due. A loss that is not finite ends the run."""
         s, o, trainer = self.summary, self.run.opts, self.trainer
@@ -563,7 +565,7 @@ class TrainLoop:
             s["memory"] = memory_report(trainer, free)
         tps = self.run.total_batch / (ms / 1e3)
         mfu = 100 * self.flops_per_tok * tps / self.dist.world / (self.peak * 1e12)
-        rec = StepRecord(step + 1, loss, ms, tps, mfu, host_us, lr, self.power.read())
+        rec = StepRecord(step + 1, loss, ms, tps, mfu, host_us, lr, power)
         trainer.records.append(rec)
         s["losses"].append(loss)
         s["lrs"].append(lr)
