@@ -167,10 +167,12 @@ def test_recompute_trains_the_identical_run_in_fewer_bytes(tmp_path, data):
 
 def test_the_summary_reads_the_gpus_power_and_clock(tmp_path, data):
     """workbench/power.py through NVML: the summary's power and SM clock over the timed steps are
-    readings of this GPU (within its limit and its maximum clock), and the run prints them."""
+    readings of this GPU (within its limit and its maximum clock), the power NVML's instant field
+    (a driver for CUDA 13 has it), and the run prints them."""
     s = train(tmp_path, "power", data, "-b", 4, "--steps", 12)
     p = s["power"]
     print(f"\n{p}")
+    assert p["power_read"] == "instant"
     assert p["readings"] == 3 and 0 < p["power_w"] <= 1.2 * p["power_limit_w"]
     assert 0 < p["sm_mhz"] <= p["sm_max_mhz"]
     assert "GPU power over the same steps" in s["output"]

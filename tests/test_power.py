@@ -2,13 +2,15 @@
 readings each reason held the clock down), the trainer's summary of them over its timed steps, and
 a meter that cannot read staying out of the way. The readings from a real GPU: test_gpu_train.py."""
 
+import ctypes
 import io
 
 from rich.console import Console
 
 from train.trainer import StepRecord, timing
 from train.ui import TrainUI
-from workbench.power import HW_THERMAL, SW_POWER_CAP, PowerMeter, Reading, describe, summarize
+from workbench.power import (HW_THERMAL, NVML_FI_DEV_POWER_INSTANT, SW_POWER_CAP, FieldValue, PowerMeter, Reading,
+                             describe, field_number, summarize)
 
 
 def test_summarize_gives_medians_and_the_share_each_reason_held_the_clock():
@@ -56,3 +58,63 @@ def test_the_summary_prints_the_power_line_only_when_there_were_readings():
     recs = [StepRecord(i, 1.0, 50.0, 1.0, 1.0, 1.0, 1e-4, Reading(690.0, 1640, SW_POWER_CAP)) for i in range(1, 12)]
     assert "GPU power over the same steps: 690 W of 700 W, SM clock 1640 of 1980 MHz" in printed(timing(recs, 700.0, 1980))
     assert "GPU power" not in printed(timing([StepRecord(i, 1.0, 50.0, 1.0, 1.0, 1.0, 1e-4) for i in range(1, 12)]))
+
+
+def test_the_field_value_struct_has_nvml_h_layout_and_is_read_by_its_value_type():
+    # nvml.h: fieldId, scopeId (uint), timestamp, latencyUsec (long long), valueType, nvmlReturn (enums),
+    # then the 8-byte nvmlValue_t union: 40 bytes, the value at 32
+    assert ctypes.sizeof(FieldValue) == 40 and FieldValue.valueType.offset == 24 and FieldValue.value.offset == 32
+    fv = FieldValue(fieldId=NVML_FI_DEV_POWER_INSTANT, valueType=1)
+    fv.value.uiVal = 691_234
+    assert field_number(fv) == 691_234
+    fv.valueType = 0
+    fv.value.dVal = 12.5
+    assert field_number(fv) == 12.5
+    fv.nvmlReturn = 3  # NVML_ERROR_NOT_SUPPORTED
+    assert field_number(fv) is None
+    fv.nvmlReturn, fv.valueType = 0, 99
+    assert field_number(fv) is None
+
+
+class FakeNvml:
+    """The NVML calls PowerMeter.read makes, answering through their pointer arguments as the
+    library does; `instant_mw` None makes the instant field unsupported."""
+
+    def __init__(self, instant_mw, average_mw):
+        self.instant_mw, self.average_mw = instant_mw, average_mw
+
+    def nvmlDeviceGetFieldValues(self, handle, count, values):
+        fv = values._obj
+        assert count == 1 and fv.fieldId == NVML_FI_DEV_POWER_INSTANT
+        fv.valueType, fv.nvmlReturn = 1, 0 if self.instant_mw is not None else 3
+        fv.value.uiVal = self.instant_mw or 0
+        return 0
+
+    def nvmlDeviceGetPowerUsage(self, handle, mw):
+        mw._obj.value = self.average_mw
+        return 0
+
+    def nvmlDeviceGetClockInfo(self, handle, clock, mhz):
+        mhz._obj.value = 1650
+        return 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle, reasons):
+        reasons._obj.value = SW_POWER_CAP
+        return 0
+
+
+def fake_meter(nvml):
+    m = PowerMeter.__new__(PowerMeter)
+    m._nvml, m._handle, m._reasons = nvml, object(), nvml.nvmlDeviceGetCurrentClocksEventReasons
+    m.instant = m._instant_mw() is not None
+    return m
+
+
+def test_the_meter_reads_the_instant_power_and_falls_back_to_the_1_s_average_only_without_it():
+    now = fake_meter(FakeNvml(instant_mw=697_500, average_mw=590_000)).read()
+    assert now == Reading(697.5, 1650, SW_POWER_CAP, instant=True)
+    old = fake_meter(FakeNvml(instant_mw=None, average_mw=590_000)).read()
+    assert old == Reading(590.0, 1650, SW_POWER_CAP, instant=False)
+    assert summarize([now])["power_read"] == "instant" and "average" not in describe(summarize([now]))
+    s = summarize([now, old], 700.0)
+    assert s["power_read"] == "1 s average" and "trailing 1 s average" in describe(s)

@@ -9,6 +9,12 @@ arithmetic for the same energy, buys the step less than its time alone says, whi
 kernels are not slowed. `workbench train` reads a `PowerMeter` once a step and its summary gives
 the medians and how often the power cap was the reason (`summarize`).
 
+The power is NVML's reading of the moment (field NVML_FI_DEV_POWER_INSTANT). nvmlDeviceGetPowerUsage
+is not: on Ampere and newer it is a trailing average over about a second, so over a run's first
+timed second it mixes in compilation and warm-up (results/h100-session26-2026-12-06: the same B=16
+step read 664 W in one run and 586 W in the next, at the same clock). Only where a driver lacks the
+field does the meter fall back to it, and the summary says so.
+
 Where NVML cannot be loaded or does not know the device, the meter reads nothing (`why` says
 why) and the run goes on without the figures."""
 
@@ -20,6 +26,7 @@ from dataclasses import dataclass
 
 NVML_LIB = "libnvidia-ml.so.1"
 NVML_CLOCK_SM = 1
+NVML_FI_DEV_POWER_INSTANT = 186  # nvml.h's field id: the board's draw now, in mW
 # nvmlClocksEventReasons (formerly ClocksThrottleReasons) bits
 SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8
@@ -30,11 +37,35 @@ REASONS = {SW_POWER_CAP: "power cap", HW_SLOWDOWN: "hardware slowdown", SW_THERM
            HW_THERMAL: "thermal (hardware)", HW_POWER_BRAKE: "power brake"}
 
 
+class _Value(ctypes.Union):  # nvml.h's nvmlValue_t
+    _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
+                ("usVal", ctypes.c_ushort)]
+
+
+class FieldValue(ctypes.Structure):  # nvml.h's nvmlFieldValue_t, filled by nvmlDeviceGetFieldValues
+    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
+                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
+                ("value", _Value)]
+
+
+# nvmlValueType_t: which member of the union holds the value
+_MEMBER_OF_TYPE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def field_number(fv: FieldValue) -> float | None:
+    """The value NVML put in `fv`, read through the union member its valueType names; None where
+    the field failed or the type is unknown."""
+    member = _MEMBER_OF_TYPE.get(fv.valueType)
+    return None if fv.nvmlReturn != 0 or member is None else getattr(fv.value, member)
+
+
 @dataclass(frozen=True)
 class Reading:
     watts: float
     sm_mhz: int
     reasons: int  # the event-reason bits active when read
+    instant: bool = True  # False: NVML's trailing ~1 s average (a driver without the instant field)
 
 
 class PowerMeter:
@@ -46,6 +77,7 @@ class PowerMeter:
         self.limit_w: float | None = None
         self.max_mhz: int | None = None
         self._nvml = self._handle = None
+        self.instant = False  # whether the power read is NVML's instant field (else its 1 s average)
         try:
             self._open(pci_bus_id, lib)
         except Exception as e:  # noqa: BLE001: a meter that cannot read must never stop a run
@@ -80,6 +112,16 @@ class PowerMeter:
             self.limit_w = mw.value / 1000
         if nvml.nvmlDeviceGetMaxClockInfo(self._handle, NVML_CLOCK_SM, ctypes.byref(mhz)) == 0:
             self.max_mhz = mhz.value
+        try:
+            self.instant = self._instant_mw() is not None
+        except AttributeError:  # a driver older than nvmlDeviceGetFieldValues: the 1 s average only
+            self.instant = False
+
+    def _instant_mw(self) -> float | None:
+        fv = FieldValue(fieldId=NVML_FI_DEV_POWER_INSTANT)
+        if self._nvml.nvmlDeviceGetFieldValues(self._handle, 1, ctypes.byref(fv)) != 0:
+            return None
+        return field_number(fv)
 
     def read(self) -> Reading | None:
         if self._handle is None:
@@ -87,13 +129,14 @@ class PowerMeter:
         nvml, h = self._nvml, self._handle
         mw, mhz, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
         try:
-            if (nvml.nvmlDeviceGetPowerUsage(h, ctypes.byref(mw))
+            now_mw = self._instant_mw() if self.instant else None
+            if ((now_mw is None and nvml.nvmlDeviceGetPowerUsage(h, ctypes.byref(mw)))
                     or nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM, ctypes.byref(mhz))
                     or self._reasons(h, ctypes.byref(reasons))):
                 return None
         except Exception:  # noqa: BLE001
             return None
-        return Reading(mw.value / 1000, mhz.value, reasons.value)
+        return Reading((mw.value if now_mw is None else now_mw) / 1000, mhz.value, reasons.value, now_mw is not None)
 
     def close(self) -> None:
         nvml, self._nvml, self._handle = self._nvml, None, None
@@ -112,6 +155,7 @@ def summarize(readings: list[Reading], limit_w: float | None = None, max_mhz: in
     shares = {name: sum(1 for r in readings if r.reasons & bit) / len(readings)
               for bit, name in REASONS.items() if any(r.reasons & bit for r in readings)}
     return {"readings": len(readings), "power_w": statistics.median(r.watts for r in readings),
+            "power_read": "instant" if all(r.instant for r in readings) else "1 s average",
             "power_limit_w": limit_w, "sm_mhz": statistics.median(r.sm_mhz for r in readings),
             "sm_max_mhz": max_mhz, "clock_held_by": shares}
 
@@ -121,5 +165,7 @@ def describe(s: dict) -> str:
     limit = f" of {s['power_limit_w']:.0f} W" if s.get("power_limit_w") else ""
     top = f" of {s['sm_max_mhz']}" if s.get("sm_max_mhz") else ""
     held = ", ".join(f"{name} {100 * share:.0f}%" for name, share in s["clock_held_by"].items())
+    if s.get("power_read") == "1 s average":
+        limit += " (NVML's trailing 1 s average: this driver has no instant reading)"
     return (f"{s['power_w']:.0f} W{limit}, SM clock {s['sm_mhz']:.0f}{top} MHz (medians of {s['readings']} readings); "
             + (f"clock held down by: {held}" if held else "clock not held down"))
