@@ -11,9 +11,13 @@ the medians and how often the power cap was the reason (`summarize`).
 
 The power is NVML's reading of the moment (field NVML_FI_DEV_POWER_INSTANT). nvmlDeviceGetPowerUsage
 is not: on Ampere and newer it is a trailing average over about a second, so over a run's first
-timed second it mixes in compilation and warm-up (results/h100-session26-2026-12-06: the same B=16
+timed second it mixes in the GPU idling before the steps, while the host compiled and captured (results/h100-session26-2026-12-06: the same B=16
 step read 664 W in one run and 586 W in the next, at the same clock). Only where a driver lacks the
-field does the meter fall back to it, and the summary says so.
+field does the meter fall back to it, and the summary says so. The trainer reads once a step at
+the same point of it (after launching the next step), so its median is the draw there, not the
+step's mean: in call 3 of that session the trainer's medians were 701-714 W at B=16 while
+nvidia-smi's instant samples every 100 ms over the same steps ran 570-760 W. What the line is for,
+whether the power cap set the clock, does not depend on the phase.
 
 Where NVML cannot be loaded or does not know the device, the meter reads nothing (`why` says
 why) and the run goes on without the figures."""
