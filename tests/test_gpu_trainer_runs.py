@@ -168,12 +168,14 @@ def test_recompute_trains_the_identical_run_in_fewer_bytes(tmp_path, data):
 def test_the_summary_reads_the_gpus_power_and_clock(tmp_path, data):
     """workbench/power.py through NVML: the summary's power and SM clock over the timed steps are
     readings of this GPU (within its limit and its maximum clock), the power NVML's instant field
-    (a driver for CUDA 13 has it), and the run prints them."""
+    (a driver for CUDA 13 has it), a step's figure the mean of the samples taken while it ran (one
+    read when a step is shorter than the sampling period), the joules a step from them, and the
+    run prints them."""
     s = train(tmp_path, "power", data, "-b", 4, "--steps", 12)
     p = s["power"]
     print(f"\n{p}")
-    assert p["power_read"] == "instant"
-    assert p["readings"] == 3 and 0 < p["power_w"] <= 1.2 * p["power_limit_w"]
+    assert p["power_read"] == "instant" and p["samples"] >= p["readings"] == 3
+    assert 0 < p["power_w"] <= 1.2 * p["power_limit_w"] and p["joules_per_step"] > 0
     assert 0 < p["sm_mhz"] <= p["sm_max_mhz"]
     assert "GPU power over the same steps" in s["output"]
 

@@ -9,8 +9,10 @@ from rich.console import Console
 
 from train.trainer import StepRecord, timing
 from train.ui import TrainUI
+import time
+
 from workbench.power import (HW_THERMAL, NVML_FI_DEV_POWER_INSTANT, SW_POWER_CAP, FieldValue, PowerMeter, Reading,
-                             describe, field_number, summarize)
+                             describe, field_number, mean_reading, summarize)
 
 
 def test_summarize_gives_medians_and_the_share_each_reason_held_the_clock():
@@ -38,6 +40,23 @@ def test_a_meter_without_nvml_reads_nothing_and_says_why():
     m.close()  # twice is harmless
 
 
+def test_a_steps_mean_averages_power_and_clock_and_keeps_reasons_that_held_half_the_samples():
+    m = mean_reading([Reading(700.0, 1600, SW_POWER_CAP), Reading(650.0, 1700, SW_POWER_CAP | HW_THERMAL),
+                      Reading(600.0, 1800, 0, samples=2)])
+    assert (m.watts, m.sm_mhz, m.reasons, m.samples, m.instant) == (650.0, 1700, SW_POWER_CAP, 4, True)
+    assert mean_reading([Reading(700.0, 1600, SW_POWER_CAP), Reading(600.0, 1800, 0)]).reasons == SW_POWER_CAP  # a tie
+    assert not mean_reading([Reading(700.0, 1600, 0), Reading(600.0, 1800, 0, instant=False)]).instant
+
+
+def test_the_summary_gives_joules_a_step_from_each_steps_own_power_and_time():
+    rs = [Reading(700.0, 1600, 0, samples=6), Reading(600.0, 1700, 0, samples=6), Reading(650.0, 1650, 0, samples=6)]
+    s = summarize(rs, 700.0, 1980, [50.0, 60.0, 54.0])
+    assert s["joules_per_step"] == 35.1 and s["samples"] == 18  # median of 35.0, 36.0, 35.1
+    line = describe(s)
+    assert "650 W of 700 W (35.1 J a step)" in line and "medians over 3 steps, 6 readings a step" in line
+    assert "joules_per_step" not in summarize(rs)
+
+
 def test_the_trainer_summarizes_power_over_its_timed_steps_only():
     recs = [StepRecord(i, 1.0, 50.0, 1.0, 1.0, 1.0, 1e-4, Reading(100.0 if i < 10 else 690.0, 1980 if i < 10 else 1640,
                                                               0 if i < 10 else SW_POWER_CAP))
@@ -56,7 +75,8 @@ def test_the_summary_prints_the_power_line_only_when_there_were_readings():
         TrainUI(Console(file=out, width=200)).summary(summary)
         return out.getvalue()
     recs = [StepRecord(i, 1.0, 50.0, 1.0, 1.0, 1.0, 1e-4, Reading(690.0, 1640, SW_POWER_CAP)) for i in range(1, 12)]
-    assert "GPU power over the same steps: 690 W of 700 W, SM clock 1640 of 1980 MHz" in printed(timing(recs, 700.0, 1980))
+    assert "GPU power over the same steps: 690 W of 700 W (34.5 J a step), SM clock 1640 of 1980 MHz" in printed(
+        timing(recs, 700.0, 1980))
     assert "GPU power" not in printed(timing([StepRecord(i, 1.0, 50.0, 1.0, 1.0, 1.0, 1e-4) for i in range(1, 12)]))
 
 
@@ -104,7 +124,7 @@ class FakeNvml:
 
 
 def fake_meter(nvml):
-    m = PowerMeter.__new__(PowerMeter)
+    m = PowerMeter("0000:00:06.0", lib="libno-such-nvml.so.1")  # off, then given the fake library
     m._nvml, m._handle, m._reasons = nvml, object(), nvml.nvmlDeviceGetCurrentClocksEventReasons
     m.instant = m._instant_mw() is not None
     return m
@@ -118,3 +138,22 @@ def test_the_meter_reads_the_instant_power_and_falls_back_to_the_1_s_average_onl
     assert summarize([now])["power_read"] == "instant" and "average" not in describe(summarize([now]))
     s = summarize([now, old], 700.0)
     assert s["power_read"] == "1 s average" and "trailing 1 s average" in describe(s)
+
+
+def test_the_started_meter_samples_on_its_own_thread_and_each_take_is_the_mean_since_the_last():
+    nvml = FakeNvml(instant_mw=600_000, average_mw=1)
+    m = fake_meter(nvml)
+    m.start(every_s=0.001)
+    time.sleep(0.1)
+    first = m.take()
+    nvml.instant_mw = 700_000
+    m.skip()
+    time.sleep(0.1)
+    second = m.take()
+    m._nvml = None  # close() without a library to shut down
+    m.close()
+    assert not m._thread.is_alive()
+    assert first.samples > 5 and first.watts == 600.0
+    # nothing from before the skip but, at most, one read that was under way when it came
+    assert second.samples > 5 and second.watts >= 700.0 - 100.0 / second.samples
+    assert m.take() is None  # closed: nothing pending, and nothing to read

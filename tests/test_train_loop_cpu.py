@@ -209,29 +209,38 @@ def test_the_loop_trains_and_logs_in_llmc_format(host_gpu, data, tmp_path):
 
 
 def test_each_step_reads_the_meter_once_and_the_summary_keeps_the_timed_steps(host_gpu, data, tmp_path, monkeypatch):
-    """The loop reads the power meter once a step, while the step runs, and the summary (and its
-    JSON) gives the readings of steps 10-12 of 12: each reading tagged with the step it came
-    from here, so a reading kept from outside the window, or one missing, changes the medians."""
+    """The loop starts the power meter sampling, takes its mean once a step, while the step runs,
+    forgets what it read before a step launched after a pause (the first; validation), and the
+    summary (and its JSON) gives the means of steps 10-12 of 12: each tagged with the step it came
+    from here, so one kept from outside the window, or one missing, changes the medians."""
     from workbench.power import SW_POWER_CAP, Reading
 
     class Meter:
-        limit_w, max_mhz, reads, closed = 700.0, 1980, 0, False
+        limit_w, max_mhz, takes, skips, started, closed = 700.0, 1980, 0, 0, False, False
 
         def __init__(self, pci_bus_id):
             assert pci_bus_id == "0000:00:00.0"
 
-        def read(self):
-            Meter.reads += 1
-            return Reading(600.0 + Meter.reads, 1500 + Meter.reads, SW_POWER_CAP if Meter.reads % 2 else 0)
+        def start(self):
+            Meter.started = True
+
+        def skip(self):
+            Meter.skips += 1
+
+        def take(self):
+            Meter.takes += 1
+            return Reading(600.0 + Meter.takes, 1500 + Meter.takes, SW_POWER_CAP if Meter.takes % 2 else 0, samples=5)
 
         def close(self):
             Meter.closed = True
     monkeypatch.setattr(trainer, "PowerMeter", Meter)
     s = run(tmp_path, "p", **data, batch=2, steps=12)
-    assert Meter.reads == 12 and Meter.closed
+    assert Meter.started and Meter.takes == 12 and Meter.closed
+    assert Meter.skips >= 1  # at least the first step, launched with nothing in flight
     p = s["power"]
-    assert p["readings"] == 3 and p["power_w"] == 611.0 and p["sm_mhz"] == 1511  # steps 10, 11, 12
+    assert p["readings"] == 3 and p["samples"] == 15 and p["power_w"] == 611.0 and p["sm_mhz"] == 1511  # steps 10-12
     assert p["clock_held_by"] == {"power cap": 1 / 3} and (p["power_limit_w"], p["sm_max_mhz"]) == (700.0, 1980)
+    assert p["joules_per_step"] > 0  # its arithmetic: tests/test_power.py
     assert json.loads((tmp_path / "p.json").read_text())["power"] == p
 
 def test_the_fused_mlp_runs_where_its_families_are_promoted_unless_no_fuse_gelu(host_gpu, data, tmp_path, monkeypatch):

@@ -75,7 +75,7 @@ class StepRecord:
     mfu: float
     host_us: float
     lr: float
-    power: Reading | None = None  # the GPU's draw, SM clock and clock reasons, read while the step ran
+    power: Reading | None = None  # the GPU's mean draw and SM clock over the step, and its clock reasons
 
 
 @dataclass
@@ -454,6 +454,7 @@ class TrainLoop:
         device = self.trainer.drv.Context.get_device()
         ui.device_line(device.name(), peak_kind, self.peak)
         self.power = PowerMeter(device.pci_bus_id())
+        self.power.start()
         memory = self.trainer.backend.memory()
         ui.memory_table(memory, memory_groups(memory))
         _notes(self.trainer, run, ui)
@@ -502,6 +503,7 @@ class TrainLoop:
                 halted = stopping()
                 if last or halted:
                     return halted
+                self.power.skip()  # the GPU's draw before this launch (validation, sampling) is no step's
                 trainer.launch(data, step, run.schedule(step))
             # the next step's batches and plans while the GPU runs this one: their half was last
             # read by the step before this one, which has been collected
@@ -509,7 +511,7 @@ class TrainLoop:
             in_flight = self.run_ahead(step, stopping())
             if in_flight:
                 trainer.launch(data, step + 1, run.schedule(step + 1))
-            power = self.power.read()  # while `step` runs (the GPU may be idle once it is collected)
+            power = self.power.take()  # the samples since the last step's take: one step's period
             local, ms, host_us = trainer.collect(step)
             loss_sum, stops = dist.total([local, float(interrupts.flag)], f"the losses of step {step + 1}")
             stop = stops > 0
@@ -629,7 +631,8 @@ def timing(records: list[StepRecord], power_limit_w: float | None = None, sm_max
     span = [r for r in records if 10 <= r.step <= 50] or records[1:] or records
     if not span:
         return {}
-    power = summarize([r.power for r in span if r.power is not None], power_limit_w, sm_max_mhz)
+    read = [r for r in span if r.power is not None]
+    power = summarize([r.power for r in read], power_limit_w, sm_max_mhz, [r.ms for r in read])
     return {"median_ms": float(np.median([r.ms for r in span])),
             "median_tokens_per_s": float(np.median([r.tokens_per_s for r in span])),
             "median_mfu": float(np.median([r.mfu for r in span])),
