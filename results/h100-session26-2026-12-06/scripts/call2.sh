@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 26, call 2 (H100): the whole `pytest -m gpu` at this tree (three processes, then
+# session 26, calls 2 and 5 (H100): the whole `pytest -m gpu` at this tree (three processes, then
 # test_profile_gpu.py alone).
 set -u
 o=$OUT; mkdir -p $o; S_DIR=results/h100-session26-2026-12-06/scripts
