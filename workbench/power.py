@@ -10,11 +10,12 @@ kernels are not slowed. `workbench train` starts a `PowerMeter` sampling on a th
 (`start`), takes the mean of each step's samples (`take`), and its summary gives the medians over
 the timed steps, the joules a step and how often the power cap was the reason (`summarize`).
 
-The power is NVML's reading of the moment (field NVML_FI_DEV_POWER_INSTANT). nvmlDeviceGetPowerUsage
-is not: on Ampere and newer it is a trailing average over about a second, so over a run's first
-timed second it mixes in the GPU idling before the steps, while the host compiled and captured (results/h100-session26-2026-12-06: the same B=16
-step read 664 W in one run and 586 W in the next, at the same clock). Only where a driver lacks the
-field does the meter fall back to it, and the summary says so. One reading a step would always
+The power is NVML's reading of the moment (field NVML_FI_DEV_POWER_INSTANT).
+nvmlDeviceGetPowerUsage is not: on Ampere and newer it is a trailing average over about a second,
+so over a run's first timed second it mixes in the GPU idling before the steps, while the host
+compiled and captured (results/h100-session26-2026-12-06: the same B=16 step read 664 W in one
+run and 586 W in the next, at the same clock). Only where a driver lacks the field does the meter
+fall back to it, and the summary says so. One reading a step would always
 fall at the same point of the step, and a step's draw swings (570-760 W at B=16 in nvidia-smi's
 instant samples, call 3 of that session): so the meter samples every few milliseconds, and each
 step gets the mean of the samples taken while it ran.
