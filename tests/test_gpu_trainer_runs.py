@@ -164,7 +164,6 @@ def test_recompute_trains_the_identical_run_in_fewer_bytes(tmp_path, data):
     assert 0 < m0["run_after_capture"] <= m0["gpu_used_after_capture"] <= m0["gpu_total"]
 
 
-
 def test_the_summary_reads_the_gpus_power_and_clock(tmp_path, data):
     """workbench/power.py through NVML: the summary's power and SM clock over the timed steps are
     readings of this GPU (within its limit and its maximum clock), the power NVML's instant field
@@ -178,6 +177,7 @@ def test_the_summary_reads_the_gpus_power_and_clock(tmp_path, data):
     assert 0 < p["power_w"] <= 1.2 * p["power_limit_w"] and p["joules_per_step"] > 0
     assert 0 < p["sm_mhz"] <= p["sm_max_mhz"]
     assert "GPU power over the same steps" in s["output"]
+
 
 @pytest.mark.parametrize("ranks", [None, 1], ids=["plain", "mpirun-np-1"])
 def test_the_side_stream_trains_the_identical_run(tmp_path, data, ranks):

@@ -207,8 +207,7 @@ def test_the_loop_trains_and_logs_in_llmc_format(host_gpu, data, tmp_path):
     assert lines[0] == f"s:0 tel:{s['val_losses'][0][1]:.6f}" and f"s:6 trl:{s['losses'][-1]:.6f}" in lines
 
 
-
-def test_each_step_reads_the_meter_once_and_the_summary_keeps_the_timed_steps(host_gpu, data, tmp_path, monkeypatch):
+def test_each_step_takes_the_meters_mean_once_and_the_summary_keeps_the_timed_steps(host_gpu, data, tmp_path, monkeypatch):
     """The loop starts the power meter sampling, takes its mean once a step, while the step runs,
     forgets what it read before a step launched after a pause (the first; validation), and the
     summary (and its JSON) gives the means of steps 10-12 of 12: each tagged with the step it came
@@ -242,6 +241,7 @@ def test_each_step_reads_the_meter_once_and_the_summary_keeps_the_timed_steps(ho
     assert p["clock_held_by"] == {"power cap": 1 / 3} and (p["power_limit_w"], p["sm_max_mhz"]) == (700.0, 1980)
     assert p["joules_per_step"] > 0  # its arithmetic: tests/test_power.py
     assert json.loads((tmp_path / "p.json").read_text())["power"] == p
+
 
 def test_the_fused_mlp_runs_where_its_families_are_promoted_unless_no_fuse_gelu(host_gpu, data, tmp_path, monkeypatch):
     from train.model import FUSED_GELU
